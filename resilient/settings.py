@@ -1,0 +1,72 @@
+"""App settings, read from the environment (the Functions host loads ``local.settings.json`` Values
+into the environment; so does the host double).
+
+Why one frozen object: every module gets the same, validated view, and tests build their own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{2,23}$")
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _int(value: str | None, default: int) -> int:
+    if value is None or value.strip() == "":
+        return default
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Storage: either a connection string (Azurite / keys) or identity-based service URIs.
+    storage_connection_string: str | None
+    storage_account_name: str | None
+    blob_service_uri: str | None
+    table_service_uri: str | None
+    managed_identity_client_id: str | None
+    # Naming: tables "<prefix>responses", "<prefix>items", "<prefix>chains"; containers "<prefix>-events", ...
+    storage_prefix: str
+    # Behaviour
+    steerable_conversations: bool
+    enable_crash_endpoint: bool
+    agent_delta_delay_ms: int
+    replay_retention_minutes: int
+    # Optional model
+    azure_openai_endpoint: str | None
+    azure_openai_deployment: str | None
+    azure_openai_api_key: str | None
+    azure_openai_api_version: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        prefix = (e.get("RESILIENT_STORAGE_PREFIX") or "resilient").lower()
+        if not _PREFIX.fullmatch(prefix):
+            raise ValueError("RESILIENT_STORAGE_PREFIX must be 3-24 lowercase letters/digits, starting with a letter")
+        conn = e.get("AzureWebJobsStorage") or None
+        return cls(
+            storage_connection_string=conn,
+            storage_account_name=e.get("AzureWebJobsStorage__accountName") or None,
+            blob_service_uri=e.get("AzureWebJobsStorage__blobServiceUri") or None,
+            table_service_uri=e.get("AzureWebJobsStorage__tableServiceUri") or None,
+            managed_identity_client_id=e.get("AzureWebJobsStorage__clientId") or None,
+            storage_prefix=prefix,
+            steerable_conversations=_flag(e.get("RESILIENT_STEERABLE_CONVERSATIONS"), True),
+            enable_crash_endpoint=_flag(e.get("RESILIENT_ENABLE_CRASH_ENDPOINT"), False),
+            agent_delta_delay_ms=_int(e.get("RESILIENT_AGENT_DELTA_DELAY_MS"), 40),
+            replay_retention_minutes=_int(e.get("RESILIENT_REPLAY_RETENTION_MINUTES"), 7 * 24 * 60),
+            azure_openai_endpoint=e.get("AZURE_OPENAI_ENDPOINT") or None,
+            azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
+            azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,
+            azure_openai_api_version=e.get("AZURE_OPENAI_API_VERSION") or "2024-10-21",
+        )

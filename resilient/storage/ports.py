@@ -1,0 +1,212 @@
+"""The storage Protocols the engine and HTTP layer program against.
+
+Why Protocols: the engine must be testable and readable without the Azure SDK, and the Azure-backed
+implementations (``tables.py``, ``eventlog.py``) are swappable (e.g. for Durable Task Scheduler later).
+All methods are async because activities, SSE tailing and HTTP handlers share one event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+JsonDict = dict[str, Any]
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
+ACTIVE_STATUSES = frozenset({"queued", "in_progress"})
+
+
+@dataclass(frozen=True)
+class ResponseRecord:
+    """One stored response row.
+
+    ``doc`` holds everything needed to rebuild the response object except ``output`` (which lives
+    in the item store as per-phase checkpoints): model, created_at, background, store, instructions,
+    metadata, previous_response_id, conversation, chain_id, error, incomplete_details, usage,
+    completed_at, plan, ... ``cancel_requested`` and ``pending_input_count`` are separate columns so
+    the hot control check (:meth:`ResponseStore.get_control`) reads two small properties.
+    """
+
+    response_id: str
+    status: str
+    doc: JsonDict
+    etag: str
+    cancel_requested: bool = False
+    pending_input_count: int = 0
+
+
+@dataclass(frozen=True)
+class Control:
+    """The live control flags a running phase polls between deltas (cheap projection of the row)."""
+
+    status: str
+    cancel_requested: bool
+    pending_input_count: int
+
+
+class ResponseStore(Protocol):
+    async def create(self, response_id: str, status: str, doc: JsonDict) -> ResponseRecord:
+        """Create-if-absent. If the row exists already (a retried request), return the stored row."""
+        ...
+
+    async def get(self, response_id: str) -> ResponseRecord:
+        """Raise NotFound if absent."""
+        ...
+
+    async def get_control(self, response_id: str) -> Control:
+        """Cheap read of status / cancel flag / pending count. Raise NotFound if absent."""
+        ...
+
+    async def replace(
+        self,
+        record: ResponseRecord,
+        *,
+        status: str | None = None,
+        doc_changes: JsonDict | None = None,
+        cancel_requested: bool | None = None,
+        pending_input_count: int | None = None,
+    ) -> ResponseRecord:
+        """Compare-and-swap on ``record.etag``: merge the changes and write, or raise PreconditionFailed."""
+        ...
+
+    async def transition(
+        self,
+        response_id: str,
+        to_status: str,
+        *,
+        allowed_from: frozenset[str],
+        doc_changes: JsonDict | None = None,
+        cancel_requested: bool | None = None,
+    ) -> ResponseRecord:
+        """Read, check ``status in allowed_from``, CAS; retry on PreconditionFailed.
+
+        Raise InvalidTransition(current) when the current status is not allowed. Exactly one of two
+        racing terminal transitions wins because both CAS from the same non-terminal ETag.
+        """
+        ...
+
+    async def add_pending_input(self, response_id: str, delta: int) -> ResponseRecord:
+        """Atomically (CAS loop) add ``delta`` to pending_input_count (never below 0)."""
+        ...
+
+    async def delete(self, response_id: str) -> None:
+        """Idempotent delete (absent is fine)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    data: list[JsonDict]
+    has_more: bool
+
+
+class ItemStore(Protocol):
+    """Input items and per-phase output items (each output item is that phase's checkpoint).
+
+    Items larger than a Table property (64 KiB string / 1 MiB entity) spill to a blob transparently.
+    """
+
+    async def put_input_items(self, response_id: str, items: Sequence[JsonDict]) -> None:
+        """Idempotent (upsert by position). Each item must carry a unique ``id``."""
+        ...
+
+    async def list_input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> ItemPage:
+        """Page in ``order``; ``after`` is an item id (exclusive). Unknown ``after`` raises NotFound."""
+        ...
+
+    async def put_output_item(self, response_id: str, index: int, item: JsonDict) -> None:
+        """Write the checkpoint for phase ``index`` (upsert: a re-delivered phase rewrites the same row)."""
+        ...
+
+    async def get_output_item(self, response_id: str, index: int) -> JsonDict | None:
+        ...
+
+    async def list_output_items(self, response_id: str) -> list[JsonDict]:
+        """All checkpointed output items, by index."""
+        ...
+
+    async def delete_all(self, response_id: str) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One event as stored: its SSE frame bytes (``event:``/``id:``/``data:`` + blank line)."""
+
+    sequence_number: int
+    type: str
+    frame: bytes
+
+    def json(self) -> JsonDict:
+        """Parse the ``data:`` line (only when a caller needs the payload)."""
+        import json
+
+        for line in self.frame.split(b"\n"):
+            if line.startswith(b"data: "):
+                parsed: JsonDict = json.loads(line[6:])
+                return parsed
+        raise ValueError("frame has no data line")
+
+
+@dataclass(frozen=True)
+class ReadCursor:
+    """Where a reader stopped: resume a tail without re-reading or re-parsing what it has seen."""
+
+    segment: int
+    offset: int
+    last_sequence_number: int
+
+
+@dataclass
+class ReadResult:
+    events: list[StoredEvent] = field(default_factory=list)
+    cursor: ReadCursor = field(default_factory=lambda: ReadCursor(0, 0, -1))
+
+
+class EventWriter(Protocol):
+    """A fenced writer positioned at the end of one response's log."""
+
+    @property
+    def next_sequence_number(self) -> int: ...
+
+    @property
+    def last_event(self) -> JsonDict | None:
+        """The last stored event's JSON (None for an empty log): recovery decisions read it."""
+        ...
+
+    @property
+    def storage_calls(self) -> int:
+        """Storage round trips made by this writer (for benchmarks)."""
+        ...
+
+    async def append(self, events: Sequence[JsonDict]) -> int:
+        """Stamp contiguous ``sequence_number``s, append as few blocks as possible, return the last one.
+
+        Fenced by append position: raise LostOwnership (appending nothing) if another writer appended
+        since this writer's last known position.
+        """
+        ...
+
+
+class EventLog(Protocol):
+    async def create(self, response_id: str, first_events: Sequence[JsonDict]) -> EventWriter:
+        """Create the log (segment 0) with its first events; raise AlreadyExists if it exists."""
+        ...
+
+    async def open_writer(self, response_id: str) -> EventWriter:
+        """Position a writer at the current end of the log (raise NotFound if there is no log)."""
+        ...
+
+    async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
+        """Events with sequence_number > starting_after, by ranged reads from the offset index."""
+        ...
+
+    async def read_more(self, response_id: str, cursor: ReadCursor) -> ReadResult:
+        """Events appended after ``cursor`` (empty when there are none yet)."""
+        ...
+
+    async def delete(self, response_id: str) -> None:
+        ...

@@ -1,0 +1,170 @@
+// Flex Consumption (FC1) plan + Python function app. The runtime (python 3.13) is declared in
+// functionAppConfig, so FUNCTIONS_WORKER_RUNTIME / FUNCTIONS_EXTENSION_VERSION are NOT app settings
+// (Flex Consumption rejects them). Every connection is identity-based through the user-assigned
+// identity: no account keys, no key-bearing connection strings.
+param name string
+param location string = resourceGroup().location
+param tags object = {}
+
+@description('azd service name; becomes the azd-service-name tag azd deploys to.')
+param serviceName string = 'api'
+
+param appServicePlanName string
+
+@allowed([
+  'python'
+])
+param runtimeName string = 'python'
+param runtimeVersion string = '3.13'
+
+@minValue(1)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+param storageAccountName string
+param deploymentStorageContainerName string
+param applicationInsightsName string
+
+@description('Resource id of the user-assigned identity the app runs as.')
+param identityId string
+
+@description('Client id of that identity (AzureWebJobsStorage__clientId, AZURE_CLIENT_ID, App Insights auth).')
+param identityClientId string
+
+@description('Switch the Durable Functions backend to the Durable Task Scheduler at durableTaskSchedulerEndpoint.')
+param useDurableTaskScheduler bool = false
+param durableTaskSchedulerEndpoint string = ''
+
+@description('Application-specific settings (RESILIENT_*, AZURE_OPENAI_*, ...), merged over the base settings below.')
+param appSettings object = {}
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+resource appServicePlan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: appServicePlanName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+// Host storage (AzureWebJobsStorage) via identity: the Functions host, the Durable Functions
+// Azure Storage backend and the app's own storage clients all read these.
+var storageSettings = {
+  AzureWebJobsStorage__credential: 'managedidentity'
+  AzureWebJobsStorage__clientId: identityClientId
+  AzureWebJobsStorage__accountName: storage.name
+  AzureWebJobsStorage__blobServiceUri: storage.properties.primaryEndpoints.blob
+  AzureWebJobsStorage__queueServiceUri: storage.properties.primaryEndpoints.queue
+  AzureWebJobsStorage__tableServiceUri: storage.properties.primaryEndpoints.table
+}
+
+var baseSettings = {
+  // The connection string of a local-auth-disabled App Insights carries no secret that works on
+  // its own; ingestion is authorised by the Entra token named in the authentication string.
+  APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
+  APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+  // DefaultAzureCredential / ManagedIdentityCredential in app code pick the user-assigned identity.
+  AZURE_CLIENT_ID: identityClientId
+}
+
+// Optional Durable Task Scheduler backend: override host.json's durableTask storage provider
+// through AzureFunctionsJobHost__ settings instead of editing host.json.
+var durableTaskSchedulerSettings = useDurableTaskScheduler ? {
+  DURABLE_TASK_SCHEDULER_CONNECTION_STRING: 'Endpoint=${durableTaskSchedulerEndpoint};Authentication=ManagedIdentity;ClientID=${identityClientId}'
+  AzureFunctionsJobHost__extensions__durableTask__storageProvider__type: 'azureManaged'
+  AzureFunctionsJobHost__extensions__durableTask__storageProvider__connectionStringName: 'DURABLE_TASK_SCHEDULER_CONNECTION_STRING'
+} : {}
+
+var allSettings = union(appSettings, durableTaskSchedulerSettings, storageSettings, baseSettings)
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: name
+  location: location
+  tags: union(tags, {
+    'azd-service-name': serviceName
+  })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: appServicePlan.id
+    httpsOnly: true
+    clientCertEnabled: false
+    siteConfig: {
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storage.properties.primaryEndpoints.blob}${deploymentStorageContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: runtimeName
+        version: runtimeVersion
+      }
+    }
+  }
+
+  resource appSettingsConfig 'config' = {
+    name: 'appsettings'
+    properties: allSettings
+  }
+}
+
+// Basic (user/password) publishing credentials off: deployments go through Entra ID only.
+resource ftpPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output name string = functionApp.name
+output resourceId string = functionApp.id
+output defaultHostName string = functionApp.properties.defaultHostName
+output uri string = 'https://${functionApp.properties.defaultHostName}'

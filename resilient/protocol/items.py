@@ -1,0 +1,106 @@
+"""Conversation items as plain, JSON-ready dicts.
+
+Items are stored and replayed verbatim, so they are built once here in the exact shape the client's
+types expect: an assistant output item is a ``ResponseOutputMessage`` and a stored user turn is a
+``ResponseInputMessageItem``. Only text content exists in this service.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openai.types.responses import EasyInputMessageParam, ResponseItem, ResponseOutputItem
+
+from resilient.protocol._strict import strict_validate
+
+ItemStatus = Literal["completed", "in_progress", "incomplete"]
+InputRole = Literal["user", "system", "developer"]
+MessageRole = Literal["user", "system", "developer", "assistant"]
+
+_ITEM_STATUSES: frozenset[str] = frozenset({"completed", "in_progress", "incomplete"})
+_TEXT_PART_TYPES: frozenset[str] = frozenset({"input_text", "output_text"})
+
+
+def output_text_part(text: str) -> dict[str, Any]:
+    """An ``output_text`` content part. ``annotations`` is required by the client type; ``logprobs``
+    is what the OpenAI API sends, so clients that read it find a list, not a missing key."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def input_text_part(text: str) -> dict[str, Any]:
+    """An ``input_text`` content part (user, system and developer messages)."""
+    return {"type": "input_text", "text": text}
+
+
+def output_message(item_id: str, text: str, *, status: ItemStatus = "completed") -> dict[str, Any]:
+    """An assistant message with one ``output_text`` part: the output item of one phase."""
+    if status not in _ITEM_STATUSES:
+        raise ValueError(f"invalid item status {status!r}")
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [output_text_part(text)],
+    }
+
+
+def input_message(item_id: str, role: InputRole, text: str) -> dict[str, Any]:
+    """A stored input message as the input-items listing returns it (``ResponseInputMessageItem``)."""
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": role,
+        "status": "completed",
+        "content": [input_text_part(text)],
+    }
+
+
+def text_of(item: dict[str, Any]) -> str:
+    """All text of a message item, parts concatenated; non-text parts contribute nothing.
+
+    Accepts both stored items (content is a list of parts) and easy messages (content is a string).
+    """
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        part["text"]
+        for part in content
+        if isinstance(part, dict)
+        and part.get("type") in _TEXT_PART_TYPES
+        and isinstance(part.get("text"), str)
+    )
+
+
+def item_for_history(item: dict[str, Any]) -> dict[str, Any]:
+    """Turn a stored input or output message into an input item for the model's history.
+
+    The easy-message form (``{"type":"message","role","content": str}``) is used on purpose: it carries
+    no item id, so a real model endpoint never tries to resolve our ``msg_`` ids, and it maps 1:1 to
+    a chat-completions message as well. Partial (``incomplete``) assistant output is kept: a steered
+    turn's partial answer is part of the chain's history.
+    """
+    if item.get("type", "message") != "message":
+        raise ValueError(f"only message items can be history, got {item.get('type')!r}")
+    role = item.get("role")
+    if role not in ("user", "system", "developer", "assistant"):
+        raise ValueError(f"invalid role {role!r}")
+    return {"type": "message", "role": role, "content": text_of(item)}
+
+
+def validate_output_item(item: dict[str, Any]) -> None:
+    """Raise ValueError unless ``item`` is a strict ``ResponseOutputItem`` (response ``output``)."""
+    strict_validate(ResponseOutputItem, item, what="output item")
+
+
+def validate_stored_item(item: dict[str, Any]) -> None:
+    """Raise ValueError unless ``item`` is a strict ``ResponseItem`` (the input-items listing)."""
+    strict_validate(ResponseItem, item, what="item")
+
+
+def validate_history_item(item: dict[str, Any]) -> None:
+    """Raise ValueError unless ``item`` is a valid ``EasyInputMessageParam`` for a model call."""
+    strict_validate(EasyInputMessageParam, item, what="history item")

@@ -1,0 +1,448 @@
+"""``POST /responses`` request validation.
+
+Every malformed body becomes a 400 that names the offending ``param`` with a JSON path
+(``input[0].content[1].text``), never a 500 and never a silently ignored typo: unknown fields are
+rejected, known OpenAI fields this service does not implement are accepted and ignored (so stock
+clients work), and ``tools`` is refused unless empty because ignoring tools would change the answer.
+
+The model is strict (no ``"true"`` → ``True`` coercion) and frozen. Rules that pydantic cannot express
+with an exact param (input items, ids, metadata limits, cross-field rules) raise
+``PydanticCustomError("api_error", ..., {"param", "code", "message"})`` from validators, so
+``CreateResponseRequest.model_validate`` enforces everything on its own and :func:`parse_create_request`
+only translates the first error into an :class:`ApiError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Literal, NoReturn, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, validate_id
+from resilient.protocol import errors
+from resilient.protocol.errors import ApiError, invalid_request
+from resilient.protocol.items import (
+    MessageRole,
+    input_text_part,
+    output_message,
+    output_text_part,
+)
+
+# Known OpenAI create parameters that are accepted and ignored (``tools`` only when empty).
+IGNORED_FIELDS: frozenset[str] = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_output_tokens",
+        "max_tool_calls",
+        "parallel_tool_calls",
+        "tool_choice",
+        "tools",
+        "truncation",
+        "user",
+        "reasoning",
+        "text",
+        "include",
+        "prompt_cache_key",
+        "safety_identifier",
+        "service_tier",
+        "top_logprobs",
+        "prompt",
+    }
+)
+
+METADATA_MAX_PAIRS = 16
+METADATA_MAX_KEY = 64
+METADATA_MAX_VALUE = 512
+MODEL_MAX_LENGTH = 256
+
+_ROLES: tuple[str, ...] = ("user", "system", "developer", "assistant")
+_MESSAGE_KEYS: frozenset[str] = frozenset({"type", "role", "content", "id", "status", "phase"})
+_PART_KEYS: dict[str, frozenset[str]] = {
+    "input_text": frozenset({"type", "text", "prompt_cache_breakpoint"}),
+    "output_text": frozenset({"type", "text", "annotations", "logprobs"}),
+}
+_ITEM_STATUSES: tuple[str, ...] = ("in_progress", "completed", "incomplete")
+_PHASES: tuple[str, ...] = ("commentary", "final_answer")
+_MAX_KEY_ECHO = 64
+
+
+# --------------------------------------------------------------------------- error helpers
+
+
+def _key(key: object) -> str:
+    """A client-chosen key as it appears in a ``param`` path, capped so a huge key is not echoed."""
+    text = str(key)
+    return text if len(text) <= _MAX_KEY_ECHO else text[:_MAX_KEY_ECHO] + "..."
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _fail(param: str | None, code: str, message: str) -> NoReturn:
+    raise PydanticCustomError("api_error", "{message}", {"param": param, "code": code, "message": message})
+
+
+def _fail_type(param: str, expected: str, value: object) -> NoReturn:
+    _fail(
+        param,
+        errors.CODE_INVALID_TYPE,
+        f"Invalid type for '{param}': expected {expected}, but got {_json_kind(value)} instead.",
+    )
+
+
+def _fail_value(param: str | None, detail: str) -> NoReturn:
+    _fail(param, errors.CODE_INVALID_VALUE, f"Invalid value for '{param}': {detail}")
+
+
+def _fail_bad_id(param: str, prefix: str, value: object) -> NoReturn:
+    _fail_value(
+        param,
+        f"{errors.echo(value)}. Expected an id starting with '{prefix}', 1-128 characters of [A-Za-z0-9_-].",
+    )
+
+
+def _fail_unknown(param: str) -> NoReturn:
+    _fail(param, errors.CODE_UNKNOWN_PARAMETER, f"Unknown parameter: '{param}'.")
+
+
+def _fail_missing(param: str) -> NoReturn:
+    _fail(param, errors.CODE_MISSING_PARAMETER, f"Missing required parameter: '{param}'.")
+
+
+# --------------------------------------------------------------------------- models
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``; ``include_obfuscation`` is accepted and has no effect."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    include_obfuscation: bool = True
+
+
+class TextPart(BaseModel):
+    """One text content part of an input message, after normalization."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class InputMessage(BaseModel):
+    """One input message, normalized: ``content`` is always a list of parts."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    role: MessageRole
+    content: list[TextPart]
+
+
+def _parse_part(raw: object, at: str, role: str) -> TextPart:
+    if not isinstance(raw, dict):
+        _fail_type(at, "an object", raw)
+    part_type = raw.get("type")
+    if part_type is None:
+        _fail_missing(f"{at}.type")
+    allowed: Literal["input_text", "output_text"] = "output_text" if role == "assistant" else "input_text"
+    if part_type != allowed:
+        _fail_value(
+            f"{at}.type", f"{errors.echo(part_type)}. Supported values for role '{role}' are: '{allowed}'."
+        )
+    for key in raw:
+        if key not in _PART_KEYS[allowed]:
+            _fail_unknown(f"{at}.{_key(key)}")
+    if "text" not in raw:
+        _fail_missing(f"{at}.text")
+    text = raw["text"]
+    if not isinstance(text, str):
+        _fail_type(f"{at}.text", "a string", text)
+    return TextPart(type=allowed, text=text)
+
+
+def _parse_message(raw: object, at: str) -> InputMessage:
+    if not isinstance(raw, dict):
+        _fail_type(at, "an object", raw)
+    if "type" in raw and raw["type"] != "message":
+        _fail_value(f"{at}.type", f"{errors.echo(raw['type'])}. Supported values are: 'message'.")
+    for key in raw:
+        if key not in _MESSAGE_KEYS:
+            _fail_unknown(f"{at}.{_key(key)}")
+    if raw.get("id") is not None and not isinstance(raw["id"], str):
+        _fail_type(f"{at}.id", "a string", raw["id"])
+    if raw.get("status") is not None and raw["status"] not in _ITEM_STATUSES:
+        _fail_value(
+            f"{at}.status",
+            f"{errors.echo(raw['status'])}. Supported values are: {', '.join(_ITEM_STATUSES)}.",
+        )
+    if raw.get("phase") is not None and raw["phase"] not in _PHASES:
+        _fail_value(
+            f"{at}.phase", f"{errors.echo(raw['phase'])}. Supported values are: {', '.join(_PHASES)}."
+        )
+    if "role" not in raw:
+        _fail_missing(f"{at}.role")
+    role = raw["role"]
+    if not isinstance(role, str):
+        _fail_type(f"{at}.role", "a string", role)
+    if role not in _ROLES:
+        _fail_value(f"{at}.role", f"{errors.echo(role)}. Supported values are: {', '.join(_ROLES)}.")
+    if "content" not in raw:
+        _fail_missing(f"{at}.content")
+    content = raw["content"]
+    if isinstance(content, str):
+        part_type: Literal["input_text", "output_text"] = (
+            "output_text" if role == "assistant" else "input_text"
+        )
+        return InputMessage(role=cast(MessageRole, role), content=[TextPart(type=part_type, text=content)])
+    if not isinstance(content, list):
+        _fail_type(f"{at}.content", "a string or an array of content parts", content)
+    if not content:
+        _fail_value(f"{at}.content", "expected a non-empty array of content parts.")
+    parts = [_parse_part(part, f"{at}.content[{j}]", role) for j, part in enumerate(content)]
+    return InputMessage(role=cast(MessageRole, role), content=parts)
+
+
+def _parse_conversation(value: object) -> str:
+    if isinstance(value, str):
+        param = "conversation"
+        conv_id: object = value
+    elif isinstance(value, dict):
+        for key in value:
+            if key != "id":
+                _fail_unknown(f"conversation.{_key(key)}")
+        if "id" not in value:
+            _fail_missing("conversation.id")
+        param, conv_id = "conversation.id", value["id"]
+        if not isinstance(conv_id, str):
+            _fail_type(param, "a string", conv_id)
+    else:
+        _fail_type("conversation", "a string or an object with an 'id'", value)
+    try:
+        return validate_id(conv_id, prefix=CONVERSATION_PREFIX, param=param)
+    except InvalidId:
+        _fail_bad_id(param, CONVERSATION_PREFIX, conv_id)
+
+
+class CreateResponseRequest(BaseModel):
+    """A validated ``POST /responses`` body. ``conversation`` is normalized to the id string."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    model: str | None = Field(default=None, min_length=1, max_length=MODEL_MAX_LENGTH)
+    input: str | list[InputMessage]
+    instructions: str | None = None
+    background: bool = False
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    conversation: str | None = None
+    metadata: dict[str, str] | None = None
+    stream_options: StreamOptions | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_ignored(cls, data: Any) -> Any:
+        """Remove accepted-and-ignored fields and explicit nulls (null means "use the default")."""
+        if not isinstance(data, dict):
+            return data
+        tools = data.get("tools")
+        if tools is not None:
+            if not isinstance(tools, list):
+                _fail_type("tools", "an array", tools)
+            if tools:
+                _fail(
+                    "tools",
+                    errors.CODE_UNSUPPORTED_PARAMETER,
+                    "Unsupported parameter: 'tools'. This service has no tools; send [] or omit it.",
+                )
+        optional = cls.model_fields.keys() - {"input"}
+        return {
+            k: v for k, v in data.items() if k not in IGNORED_FIELDS and not (v is None and k in optional)
+        }
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _check_input(cls, value: object) -> object:
+        if isinstance(value, str):
+            if not value:
+                _fail_value("input", "expected a non-empty string or a non-empty array of input items.")
+            return value
+        if not isinstance(value, list):
+            _fail_type("input", "a string or an array of input items", value)
+        if not value:
+            _fail_value("input", "expected a non-empty string or a non-empty array of input items.")
+        return [_parse_message(item, f"input[{i}]") for i, item in enumerate(value)]
+
+    @field_validator("conversation", mode="before")
+    @classmethod
+    def _check_conversation(cls, value: object) -> object:
+        return _parse_conversation(value)
+
+    @field_validator("previous_response_id")
+    @classmethod
+    def _check_previous(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return validate_id(value, prefix=RESPONSE_PREFIX, param="previous_response_id")
+        except InvalidId:
+            _fail_bad_id("previous_response_id", RESPONSE_PREFIX, value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > METADATA_MAX_PAIRS:
+            _fail_value("metadata", f"expected at most {METADATA_MAX_PAIRS} pairs, got {len(value)}.")
+        for key, item in value.items():
+            if len(key) > METADATA_MAX_KEY:
+                _fail_value(
+                    "metadata", f"keys must be at most {METADATA_MAX_KEY} characters ({errors.echo(key)})."
+                )
+            if len(item) > METADATA_MAX_VALUE:
+                _fail_value(f"metadata.{key}", f"values must be at most {METADATA_MAX_VALUE} characters.")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> CreateResponseRequest:
+        if self.background and not self.store:
+            _fail(
+                "background",
+                errors.CODE_UNSUPPORTED_PARAMETER,
+                "background=true requires store=true: a background response must be stored to be retrieved.",
+            )
+        if self.previous_response_id is not None and self.conversation is not None:
+            _fail(
+                "previous_response_id",
+                errors.CODE_MUTUALLY_EXCLUSIVE,
+                "Mutually exclusive parameters: send only one of 'previous_response_id' or 'conversation'.",
+            )
+        return self
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _param_of(loc: tuple[int | str, ...]) -> str | None:
+    """``("input", 0, "content")`` → ``input[0].content``."""
+    param = ""
+    for part in loc:
+        if isinstance(part, int):
+            param += f"[{part}]"
+        else:
+            param += f".{_key(part)}" if param else _key(part)
+    return param or None
+
+
+_EXPECTED: dict[str, str] = {
+    "bool_type": "a boolean",
+    "string_type": "a string",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "list_type": "an array",
+    "int_type": "an integer",
+    "float_type": "a number",
+}
+
+
+def _api_error_of(error: ErrorDetails) -> ApiError:
+    ctx = error.get("ctx") or {}
+    if error["type"] == "api_error":
+        return invalid_request(str(ctx["message"]), param=ctx["param"], code=str(ctx["code"]))
+    param = _param_of(error["loc"])
+    if error["type"] == "extra_forbidden":
+        return invalid_request(
+            f"Unknown parameter: '{param}'.", param=param, code=errors.CODE_UNKNOWN_PARAMETER
+        )
+    if error["type"] == "missing":
+        return invalid_request(
+            f"Missing required parameter: '{param}'.", param=param, code=errors.CODE_MISSING_PARAMETER
+        )
+    if error["type"].endswith("_type"):
+        expected = _EXPECTED.get(error["type"])
+        if expected is not None:
+            got = _json_kind(error["input"])
+            return invalid_request(
+                f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
+                param=param,
+                code=errors.CODE_INVALID_TYPE,
+            )
+        return invalid_request(
+            f"Invalid type for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_TYPE
+        )
+    return invalid_request(
+        f"Invalid value for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_VALUE
+    )
+
+
+def api_error_from_validation(exc: ValidationError) -> ApiError:
+    """The one error reported for a bad body: unknown parameters first, then in field order."""
+    found = exc.errors()
+    found.sort(key=lambda err: err["type"] != "extra_forbidden")
+    return _api_error_of(found[0])
+
+
+def parse_create_request(raw: bytes) -> CreateResponseRequest:
+    """Parse and validate a ``POST /responses`` body; every failure is an ``ApiError`` 400."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # JSONDecodeError, bad UTF-8, absurd nesting
+        raise invalid_request(
+            "The request body is not valid JSON.", param=None, code=errors.CODE_INVALID_JSON
+        ) from None
+    if not isinstance(data, dict):
+        raise invalid_request(
+            f"The request body must be a JSON object, got {_json_kind(data)}.",
+            param=None,
+            code=errors.CODE_INVALID_JSON,
+        )
+    try:
+        return CreateResponseRequest.model_validate(data)
+    except ValidationError as exc:
+        raise api_error_from_validation(exc) from None
+
+
+def normalize_input_items(req: CreateResponseRequest, new_id: Callable[[], str]) -> list[dict[str, Any]]:
+    """The request's input as stored items, in the input-items listing's shape, each with a new id.
+
+    User, system and developer turns become ``ResponseInputMessageItem`` dicts (``input_text`` parts);
+    assistant history becomes ``ResponseOutputMessage`` dicts (``output_text`` parts).
+    """
+    if isinstance(req.input, str):
+        messages = [InputMessage(role="user", content=[TextPart(type="input_text", text=req.input)])]
+    else:
+        messages = req.input
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        item_id = new_id()
+        if message.role == "assistant":
+            item = output_message(item_id, "", status="completed")
+            item["content"] = [output_text_part(part.text) for part in message.content]
+        else:
+            item = {
+                "id": item_id,
+                "type": "message",
+                "role": message.role,
+                "status": "completed",
+                "content": [input_text_part(part.text) for part in message.content],
+            }
+        items.append(item)
+    return items

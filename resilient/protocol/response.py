@@ -1,0 +1,106 @@
+"""The ``object: "response"`` dict.
+
+One builder produces every response snapshot (GET, create reply, the ``response`` inside lifecycle
+events), so all of them carry the same keys in every status. Fields this service does not implement
+(sampling, tools, reasoning) are reported with the values that describe what actually happened: no
+tools, ``tool_choice: "auto"``, plain text format, default sampling.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openai.types.responses import Response
+
+from resilient.protocol._strict import strict_validate
+
+ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled", "incomplete"]
+
+STATUSES: frozenset[str] = frozenset(
+    {"queued", "in_progress", "completed", "failed", "cancelled", "incomplete"}
+)
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "incomplete"})
+
+
+def build_response(
+    *,
+    response_id: str,
+    created_at: int,
+    model: str,
+    status: str,
+    output: list[dict[str, Any]],
+    background: bool,
+    store: bool,
+    instructions: str | None,
+    metadata: dict[str, str] | None,
+    previous_response_id: str | None,
+    conversation_id: str | None,
+    error: dict[str, Any] | None,
+    incomplete_details: dict[str, Any] | None,
+    usage: dict[str, Any] | None,
+    completed_at: int | None,
+) -> dict[str, Any]:
+    """A complete response object in OpenAI key order.
+
+    ``error`` is ``{"code", "message"}`` with a code from the client's ``ResponseError.code`` literal
+    (e.g. ``server_error``); ``incomplete_details`` is ``{"reason": ...}``. The lists and dicts passed in
+    are copied shallowly so a later mutation of the caller's list cannot change a stored snapshot.
+    """
+    if status not in STATUSES:
+        raise ValueError(f"invalid response status {status!r}")
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": background,
+        "completed_at": completed_at,
+        "conversation": {"id": conversation_id} if conversation_id is not None else None,
+        "error": dict(error) if error is not None else None,
+        "incomplete_details": dict(incomplete_details) if incomplete_details is not None else None,
+        "instructions": instructions,
+        "max_output_tokens": None,
+        "max_tool_calls": None,
+        "model": model,
+        "output": list(output),
+        "parallel_tool_calls": True,
+        "previous_response_id": previous_response_id,
+        "prompt_cache_key": None,
+        "reasoning": {"effort": None, "summary": None},
+        "safety_identifier": None,
+        "service_tier": "default",
+        "store": store,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_logprobs": 0,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": dict(usage) if usage is not None else None,
+        "user": None,
+        "metadata": dict(metadata) if metadata else {},
+    }
+
+
+def usage_for(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """Token usage. ``cached_tokens``, ``cache_write_tokens`` and ``reasoning_tokens`` are required by
+    the installed client's ``ResponseUsage`` under strict validation, so they are always present."""
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token: cheap, deterministic, and good enough for ``usage`` when no
+    model reports real counts (the offline agent)."""
+    return (len(text) + 3) // 4
+
+
+def validate_response(response: dict[str, Any]) -> None:
+    """Raise ValueError unless ``response`` is a strict ``openai.types.responses.Response``."""
+    strict_validate(Response, response, what="response")

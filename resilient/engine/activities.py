@@ -1,0 +1,353 @@
+"""The activities: every piece of I/O the orchestration needs, written to be safely re-delivered.
+
+The Durable runtime delivers activities at least once: a worker that dies mid-activity gets its activity
+re-delivered to a new worker, and a worker that was only presumed dead may still be running (a zombie).
+Each activity therefore reads the durable state first and decides what is left to do:
+
+* ``plan``: persists the plan once; appends ``response.in_progress`` only if it is not there yet.
+* ``run_phase``: a phase whose checkpoint exists is returned as is (no second stream). A phase that finds
+  events after the last checkpoint is a *recovery*: it appends ``response.in_progress`` carrying the
+  snapshot as of the last checkpoint (clients drop their partial item, rule R4) and re-runs only this
+  phase. Non-background responses are not re-run but failed (R8). Every append is fenced by the blob's
+  append position, so a zombie's next append fails and it stops (R6).
+* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a cancel that already
+  won stays); the terminal event is appended only if the log does not end with one already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from resilient.agents.base import Agent, AgentRequest, Phase, PhaseContext
+from resilient.engine.snapshot import response_object
+from resilient.ids import new_message_id
+from resilient.protocol import events as ev
+from resilient.protocol.items import ItemStatus, output_message, text_of
+from resilient.protocol.response import estimate_tokens, usage_for
+from resilient.settings import Settings
+from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound
+from resilient.storage.factory import Storage
+from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, EventWriter, JsonDict, ResponseRecord
+
+log = logging.getLogger("resilient.engine")
+
+MAX_PHASES = 50
+MAX_HISTORY_TURNS = 50
+OPEN_ATTEMPTS = 20
+NON_BACKGROUND_CRASH_MESSAGE = (
+    "The worker running this response stopped. Non-background responses are not re-run; "
+    "use background=true for crash-resilient runs."
+)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Knobs of the hot path. Batching bounds storage calls per delta; the control interval bounds how
+    stale ``pending_input_count``/``cancelled`` may be (and how many Table reads a phase makes)."""
+
+    flush_interval_s: float = 0.05
+    flush_max_events: int = 64
+    control_interval_s: float = 0.2
+
+
+def _boundary(last_event: JsonDict | None, index: int) -> bool:
+    """True when the log ends exactly where phase ``index`` should start (so nothing partial is visible)."""
+    if last_event is None:
+        return False
+    kind = last_event.get("type")
+    if kind == "response.in_progress":
+        return True
+    return kind == "response.output_item.done" and last_event.get("output_index") == index - 1
+
+
+class _Batcher:
+    """Buffers events and appends them in as few blocks as possible (one storage call per flush)."""
+
+    def __init__(self, writer: EventWriter, tuning: Tuning) -> None:
+        self._writer = writer
+        self._tuning = tuning
+        self._buffer: list[JsonDict] = []
+        self._oldest = 0.0
+
+    def add(self, event: JsonDict) -> None:
+        if not self._buffer:
+            self._oldest = time.monotonic()
+        self._buffer.append(event)
+
+    def due_in(self) -> float | None:
+        """Seconds until the buffer must be flushed (None when empty)."""
+        if not self._buffer:
+            return None
+        return max(0.0, self._oldest + self._tuning.flush_interval_s - time.monotonic())
+
+    def full(self) -> bool:
+        return len(self._buffer) >= self._tuning.flush_max_events
+
+    async def flush(self) -> None:
+        if self._buffer:
+            batch, self._buffer = self._buffer, []
+            await self._writer.append(batch)
+
+
+class Engine:
+    """Activity logic over storage + an agent. One instance per worker process."""
+
+    def __init__(self, storage: Storage, agent: Agent, settings: Settings, tuning: Tuning | None = None) -> None:
+        self.storage = storage
+        self.agent = agent
+        self.settings = settings
+        self.tuning = tuning or Tuning()
+
+    # ------------------------------------------------------------------ plan
+    async def plan(self, response_id: str) -> JsonDict:
+        """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
+        responses = self.storage.responses
+        record = await responses.get(response_id)
+        if record.status in TERMINAL_STATUSES:
+            return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
+        control = await responses.get_control(response_id)
+        if control.cancel_requested:
+            return {"stop": "cancelled"}
+        plan = record.doc.get("plan")
+        if plan is None:
+            phases = list(await self.agent.plan(await self._agent_request(record)))
+            if not 1 <= len(phases) <= MAX_PHASES:
+                raise ValueError(f"an agent plan must have 1..{MAX_PHASES} phases, got {len(phases)}")
+            plan = [p.to_json() for p in phases]
+        try:
+            record = await responses.transition(
+                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes={"plan": plan}
+            )
+        except InvalidTransition:
+            return {"stop": "cancelled"}
+        writer = await self.storage.events.open_writer(response_id)
+        last = writer.last_event or {}
+        if last.get("type") in ("response.created", "response.queued"):
+            await writer.append([ev.response_in_progress(response_object(record, []))])
+        log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
+        return {"phases": len(plan)}
+
+    async def mark_queued(self, response_id: str) -> JsonDict:
+        """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
+        record = await self.storage.responses.get(response_id)
+        writer = await self.storage.events.open_writer(response_id)
+        if (writer.last_event or {}).get("type") == "response.created":
+            await writer.append([ev.response_queued(response_object(record, []))])
+        return {"queued": True}
+
+    # ------------------------------------------------------------- run_phase
+    async def run_phase(self, response_id: str, index: int) -> JsonDict:
+        """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
+        storage = self.storage
+        record = await storage.responses.get(response_id)
+        existing = await storage.items.get_output_item(response_id, index)
+        control = await storage.responses.get_control(response_id)
+        if existing is not None:
+            # Re-delivery of a phase that already finished: return the checkpoint, stream nothing.
+            return self._summary(index, existing, control.cancel_requested, control.pending_input_count,
+                                 stopped=existing.get("status") == "incomplete")
+        if record.status in TERMINAL_STATUSES or control.cancel_requested:
+            return {"index": index, "stop": "cancelled"}
+        if control.pending_input_count > 0:
+            return {"index": index, "stop": "steered"}
+
+        plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
+        if not 0 <= index < len(plan):
+            raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
+        item_id = new_message_id()
+        for _ in range(OPEN_ATTEMPTS):
+            # Claim the end of the log. Losing this first append means a zombie copy of this activity
+            # appended since we looked; look again (it may even have finished the phase) and retry.
+            # Once our append lands, the zombie's next append is refused and it stops.
+            existing = await storage.items.get_output_item(response_id, index)
+            if existing is not None:
+                return self._summary(index, existing, control.cancel_requested, control.pending_input_count,
+                                     stopped=existing.get("status") == "incomplete")
+            previous = (await storage.items.list_output_items(response_id))[:index]
+            writer = await storage.events.open_writer(response_id)  # last: keep the race window small
+            recovery = not _boundary(writer.last_event, index)
+            opening: list[JsonDict] = []
+            if recovery:
+                if not record.doc.get("background", False):
+                    log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
+                    return {"index": index, "stop": "failed",
+                            "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
+                log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
+                opening.append(ev.response_in_progress(response_object(record, previous, status="in_progress")))
+            opening += ev.phase_opening_events(index, item_id)
+            try:
+                await writer.append(opening)  # flushed at once: the first event of a phase is never delayed
+                break
+            except LostOwnership:
+                await asyncio.sleep(0.01)
+        else:
+            raise LostOwnership(f"could not claim the event log of {response_id} for phase {index}")
+
+        context = PhaseContext(
+            request=await self._agent_request(record),
+            plan=plan,
+            phase_index=index,
+            is_recovery=recovery,
+            output_so_far=previous,
+            pending_input_count=control.pending_input_count,
+            cancelled=control.cancel_requested,
+        )
+        text, stopped = await self._stream(response_id, writer, context, item_id)
+        status: ItemStatus = "incomplete" if stopped else "completed"
+        item = output_message(item_id, text, status=status)
+        await writer.append(ev.phase_closing_events(index, item_id, text, status))
+        await storage.items.put_output_item(response_id, index, item)
+        log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
+                                      "storage_calls": writer.storage_calls})
+        return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
+
+    @staticmethod
+    def _summary(index: int, item: JsonDict, cancelled: bool, pending: int, *, stopped: bool) -> JsonDict:
+        stop = None
+        if cancelled:
+            stop = "cancelled"
+        elif pending > 0 or stopped:
+            stop = "steered"
+        return {"index": index, "stop": stop, "chars": len(text_of(item))}
+
+    async def _stream(
+        self, response_id: str, writer: EventWriter, context: PhaseContext, item_id: str
+    ) -> tuple[str, bool]:
+        """Pump the agent's deltas into the log: batched appends, live control flags, prompt flushes."""
+        batcher = _Batcher(writer, self.tuning)
+        index = context.phase_index
+        pieces: list[str] = []
+        next_control = time.monotonic() + self.tuning.control_interval_s
+        deltas: AsyncIterator[str] = aiter(self.agent.run_phase(context))
+        pending: asyncio.Future[str] | None = None
+        stopped = False
+        try:
+            while True:
+                if context.should_stop:
+                    stopped = True
+                    break
+                pending = asyncio.ensure_future(anext(deltas))
+                while not pending.done():
+                    wait = batcher.due_in()
+                    await asyncio.wait({pending}, timeout=wait)
+                    if not pending.done():
+                        await batcher.flush()  # the agent is slow: do not sit on buffered deltas
+                try:
+                    delta = pending.result()
+                except StopAsyncIteration:
+                    pending = None
+                    break
+                pending = None
+                if delta:
+                    pieces.append(delta)
+                    batcher.add(ev.output_text_delta(item_id, index, 0, delta))
+                if batcher.full() or batcher.due_in() == 0.0:
+                    await batcher.flush()
+                if time.monotonic() >= next_control:
+                    next_control = time.monotonic() + self.tuning.control_interval_s
+                    control = await self.storage.responses.get_control(response_id)
+                    context.cancelled = control.cancel_requested or control.status == "cancelled"
+                    context.pending_input_count = control.pending_input_count
+            await batcher.flush()
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+            closer = getattr(deltas, "aclose", None)
+            if closer is not None:
+                try:
+                    await closer()
+                except Exception:  # an agent's cleanup error must not lose the phase
+                    log.exception("agent generator close failed")
+        return "".join(pieces), stopped
+
+    # -------------------------------------------------------------- finalize
+    async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
+        """Decide the terminal status (CAS) and append the single terminal event (idempotent)."""
+        storage = self.storage
+        output = await storage.items.list_output_items(response_id)
+        wanted = str(outcome.get("status", "completed"))
+        record = await storage.responses.get(response_id)
+        changes: JsonDict = {
+            "completed_at": int(time.time()),
+            "usage": usage_for(self._input_tokens(record), sum(estimate_tokens(text_of(i)) for i in output)),
+        }
+        if wanted == "failed":
+            changes["error"] = outcome.get("error") or {"code": "server_error", "message": "The response failed."}
+        try:
+            record = await storage.responses.transition(
+                response_id, wanted, allowed_from=ACTIVE_STATUSES, doc_changes=changes
+            )
+        except InvalidTransition:
+            record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
+        terminal = _terminal_event(record, output)
+        for _ in range(5):
+            try:
+                writer = await storage.events.open_writer(response_id)
+                if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
+                    break
+                await writer.append([terminal])
+                break
+            except LostOwnership:
+                continue  # a zombie phase appended meanwhile; re-read the end and try again
+        log.info("finalized", extra={"response_id": response_id, "status": record.status})
+        return {"status": record.status}
+
+    @staticmethod
+    def _input_tokens(record: ResponseRecord) -> int:
+        return estimate_tokens(str(record.doc.get("instructions") or "")) + int(record.doc.get("input_chars", 0)) // 4
+
+    # --------------------------------------------------------------- helpers
+    async def _agent_request(self, record: ResponseRecord) -> AgentRequest:
+        items = await self._all_input_items(record.response_id)
+        history = await self._history(record)
+        return AgentRequest(
+            response_id=record.response_id,
+            model=str(record.doc.get("model") or ""),
+            instructions=record.doc.get("instructions"),
+            input_items=items,
+            history=history,
+            metadata=dict(record.doc.get("metadata") or {}),
+        )
+
+    async def _all_input_items(self, response_id: str) -> list[JsonDict]:
+        out: list[JsonDict] = []
+        after: str | None = None
+        while True:
+            page = await self.storage.items.list_input_items(response_id, after=after, limit=100, order="asc")
+            out += page.data
+            if not page.has_more or not page.data:
+                return out
+            after = str(page.data[-1]["id"])
+
+    async def _history(self, record: ResponseRecord) -> list[JsonDict]:
+        """The chain's earlier turns, oldest first: each turn's input items then its output items."""
+        turns: list[Sequence[JsonDict]] = []
+        previous = record.doc.get("previous_response_id")
+        for _ in range(MAX_HISTORY_TURNS):
+            if not previous:
+                break
+            try:
+                earlier = await self.storage.responses.get(str(previous))
+            except NotFound:
+                break
+            turn = await self._all_input_items(earlier.response_id)
+            turn += await self.storage.items.list_output_items(earlier.response_id)
+            turns.append(turn)
+            previous = earlier.doc.get("previous_response_id")
+        history: list[JsonDict] = []
+        for earlier_turn in reversed(turns):
+            history += list(earlier_turn)
+        return history
+
+
+def _terminal_event(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:
+    snapshot = response_object(record, output)
+    if record.status == "completed":
+        return ev.response_completed(snapshot)
+    if record.status == "incomplete":
+        return ev.response_incomplete(snapshot)
+    return ev.response_failed(snapshot)  # failed, and cancelled (the client has no response.cancelled)

@@ -1,0 +1,77 @@
+"""Per-chain steering lock: the pure state machine behind the ``chain_lock`` Durable entity.
+
+One entity per conversation chain (key = chain id) holds ``{"active": id | None, "queue": [ids]}``.
+Durable entities process operations one at a time, so these functions need no locking of their own;
+they must only be deterministic and total (every input gives an answer, never an exception), because
+an entity that throws poisons the caller's orchestration.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class ChainState(TypedDict):
+    active: str | None
+    queue: list[str]
+
+
+def empty_state() -> ChainState:
+    return {"active": None, "queue": []}
+
+
+def coerce_state(raw: Any) -> ChainState:
+    if not isinstance(raw, dict):
+        return empty_state()
+    active = raw.get("active")
+    queue = [str(x) for x in raw.get("queue", []) if isinstance(x, str)]
+    return {"active": active if isinstance(active, str) else None, "queue": queue}
+
+
+def acquire(state: ChainState, response_id: str) -> tuple[ChainState, dict[str, Any]]:
+    """Grant the lock if free; otherwise queue (idempotent: a repeated acquire gives the same answer)."""
+    if state["active"] in (None, response_id):
+        return {"active": response_id, "queue": [q for q in state["queue"] if q != response_id]}, {
+            "state": "granted"
+        }
+    queue = list(state["queue"])
+    if response_id not in queue:
+        queue.append(response_id)
+    return {"active": state["active"], "queue": queue}, {
+        "state": "queued",
+        "position": queue.index(response_id) + 1,
+        "active": state["active"],
+    }
+
+
+def release(state: ChainState, response_id: str) -> tuple[ChainState, dict[str, Any]]:
+    """Release by the owner hands the lock to the head of the queue; by anyone else it is a no-op."""
+    if state["active"] != response_id:
+        return state, {"released": False, "next": None}
+    queue = list(state["queue"])
+    next_id = queue.pop(0) if queue else None
+    return {"active": next_id, "queue": queue}, {"released": True, "next": next_id}
+
+
+def remove(state: ChainState, response_id: str) -> tuple[ChainState, dict[str, Any]]:
+    """Leave the queue (a cancelled queued turn). If the lock was already handed to it, pass it on."""
+    if state["active"] == response_id:
+        return release(state, response_id)
+    queue = [q for q in state["queue"] if q != response_id]
+    return {"active": state["active"], "queue": queue}, {"removed": len(queue) != len(state["queue"]), "next": None}
+
+
+def apply(operation: str, state: ChainState, payload: Any) -> tuple[ChainState, dict[str, Any]]:
+    """Dispatch one entity operation; unknown operations and bad payloads are answered, not raised."""
+    response_id = payload.get("response_id") if isinstance(payload, dict) else None
+    if operation == "get":
+        return state, {"active": state["active"], "queue": list(state["queue"])}
+    if not isinstance(response_id, str):
+        return state, {"error": "response_id required"}
+    if operation == "acquire":
+        return acquire(state, response_id)
+    if operation == "release":
+        return release(state, response_id)
+    if operation == "remove":
+        return remove(state, response_id)
+    return state, {"error": f"unknown operation {operation!r}"}

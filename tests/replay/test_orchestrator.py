@@ -1,0 +1,244 @@
+"""Replay tests: the registered orchestrator, run by the real azure-functions-durable SDK on built histories."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.replay.harness import (
+    ACTION_CALL_ACTIVITY,
+    ACTION_CALL_ENTITY,
+    ACTION_CREATE_TIMER,
+    ACTION_WAIT_FOR_EVENT,
+    Replay,
+    drive,
+    orchestrator_handle,
+)
+
+RID = "resp_replaytest"
+
+
+@pytest.fixture(scope="module")
+def handle() -> Any:
+    from function_app import app
+
+    return orchestrator_handle(app, "responses_orchestrator")
+
+
+def _activity(action: dict[str, Any]) -> tuple[str, Any]:
+    assert action["actionType"] == ACTION_CALL_ACTIVITY
+    return action["functionName"], json.loads(action["input"])
+
+
+def _names(actions: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for a in actions:
+        if a["actionType"] == ACTION_CALL_ACTIVITY:
+            name, args = _activity(a)
+            out.append(f"{name}:{args.get('index', '')}" if name == "run_phase" else name)
+        elif a["actionType"] == ACTION_CREATE_TIMER:
+            out.append("timer")
+        elif a["actionType"] == ACTION_CALL_ENTITY:
+            out.append(f"entity:{a['operation']}")
+        elif a["actionType"] == ACTION_WAIT_FOR_EVENT:
+            out.append(f"wait:{a['externalEventName']}")
+    return out
+
+
+def happy(phases: int, stop_at: int | None = None, stop: str = "cancelled") -> Any:
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ACTION_CALL_ACTIVITY:
+            name, args = _activity(action)
+            if name == "plan_response":
+                return ("ok", {"phases": phases})
+            if name == "run_phase":
+                hit = stop_at is not None and args["index"] == stop_at
+                return ("ok", {"index": args["index"], "stop": stop if hit else None})
+            if name == "finalize_response":
+                return ("ok", {"status": args["status"]})
+        if kind == ACTION_CREATE_TIMER:
+            return ("ok", None)
+        raise AssertionError(f"unexpected action {action}")
+
+    return respond
+
+
+def test_first_episode_schedules_only_the_plan(handle: Any) -> None:
+    episode = Replay(handle, {"response_id": RID}).run()
+    assert not episode.is_done
+    assert len(episode.new_actions) == 1
+    assert _activity(episode.new_actions[0]) == ("plan_response", {"response_id": RID})
+
+
+def test_each_phase_runs_once_then_finalize(handle: Any) -> None:
+    replay = Replay(handle, {"response_id": RID})
+    episode = drive(replay, happy(3))
+    assert episode.is_done and episode.error is None
+    assert _names(episode.actions) == ["plan_response", "run_phase:0", "run_phase:1", "run_phase:2",
+                                       "finalize_response"]
+    assert episode.output == {"status": "completed"}
+    finalize = _activity(episode.actions[-1])[1]
+    assert finalize == {"response_id": RID, "status": "completed"}
+    assert episode.custom_status == {"response_id": RID, "status": "completed"}
+
+
+def test_custom_status_names_the_running_phase(handle: Any) -> None:
+    replay = Replay(handle, {"response_id": RID})
+    first = replay.run()
+    replay.complete(0, {"phases": 4})
+    second = replay.run()
+    assert _names(second.new_actions) == ["run_phase:0"]
+    assert second.custom_status == {"response_id": RID, "phase": 0, "phases": 4}
+    assert first.custom_status is None
+
+
+def test_crash_with_activity_in_flight_waits_instead_of_rescheduling(handle: Any) -> None:
+    """A worker restart replays the orchestrator with no new result: it must not schedule phase 1 again."""
+    replay = Replay(handle, {"response_id": RID})
+    replay.run()
+    replay.complete(0, {"phases": 3})
+    replay.run()  # schedules run_phase 0
+    replay.complete(1, {"index": 0, "stop": None})
+    scheduled = replay.run()  # schedules run_phase 1, then the worker "dies"
+    assert _names(scheduled.new_actions) == ["run_phase:1"]
+    for _ in range(3):  # replays after restarts: nothing new
+        again = replay.run()
+        assert again.new_actions == [] and not again.is_done
+    # The re-delivered activity completes: the orchestration goes on with phase 2.
+    replay.complete(2, {"index": 1, "stop": None})
+    after = replay.run()
+    assert _names(after.new_actions) == ["run_phase:2"]
+    assert _names(after.actions).count("run_phase:1") == 1
+
+
+def test_cancelled_phase_stops_the_plan_and_finalizes_cancelled(handle: Any) -> None:
+    episode = drive(Replay(handle, {"response_id": RID}), happy(4, stop_at=1, stop="cancelled"))
+    assert _names(episode.actions) == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response"]
+    assert _activity(episode.actions[-1])[1]["status"] == "cancelled"
+    assert episode.output == {"status": "cancelled"}
+
+
+def test_steered_phase_completes_early(handle: Any) -> None:
+    episode = drive(Replay(handle, {"response_id": RID}), happy(4, stop_at=2, stop="steered"))
+    assert _names(episode.actions)[-2:] == ["run_phase:2", "finalize_response"]
+    assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed", "steered": True}
+
+
+def test_plan_that_finds_a_cancelled_response_goes_straight_to_finalize(handle: Any) -> None:
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        name, args = _activity(action)
+        return ("ok", {"stop": "cancelled"} if name == "plan_response" else {"status": args["status"]})
+
+    episode = drive(Replay(handle, {"response_id": RID}), respond)
+    assert _names(episode.actions) == ["plan_response", "finalize_response"]
+    assert episode.output == {"status": "cancelled"}
+
+
+def test_transient_failure_is_retried_after_a_durable_timer(handle: Any) -> None:
+    failures = {"n": 0}
+
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "run_phase" and failures["n"] < 1:
+            failures["n"] += 1
+            return ("fail", "storage unavailable")
+        return happy(2)(kind, action, position)
+
+    episode = drive(Replay(handle, {"response_id": RID}), respond)
+    assert _names(episode.actions) == ["plan_response", "run_phase:0", "timer", "run_phase:0", "run_phase:1",
+                                       "finalize_response"]
+    assert episode.output == {"status": "completed"}
+
+
+def test_activity_failing_every_attempt_finalizes_failed(handle: Any) -> None:
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "run_phase":
+            return ("fail", "agent exploded")
+        return happy(2)(kind, action, position)
+
+    episode = drive(Replay(handle, {"response_id": RID}), respond)
+    names = _names(episode.actions)
+    assert names.count("run_phase:0") == 3 and "run_phase:1" not in names
+    final = _activity(episode.actions[-1])[1]
+    assert final["status"] == "failed" and final["error"]["code"] == "server_error"
+    assert "agent exploded" in final["error"]["message"]
+    assert episode.output == {"status": "failed"}
+
+
+def test_long_plan_replays_deterministically(handle: Any) -> None:
+    runs = [drive(Replay(handle, {"response_id": RID}), happy(20)) for _ in range(2)]
+    assert runs[0].actions == runs[1].actions
+    assert _names(runs[0].actions)[1:21] == [f"run_phase:{i}" for i in range(20)]
+    # History stays small: a handful of records per phase and no payloads beyond ids and indexes.
+    replay = Replay(handle, {"response_id": RID})
+    drive(replay, happy(20))
+    size = len(json.dumps(replay.history))
+    assert size < 40_000, size
+
+
+def _locked(answer: dict[str, Any], later: list[tuple[str, Any]] | None = None) -> Any:
+    """Responder for a turn on a chain: acquire answers ``answer``; release hands over to nobody."""
+
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ACTION_CALL_ENTITY:
+            op = action["operation"]
+            if op == "acquire":
+                return ("ok", answer)
+            if op == "release":
+                return ("ok", {"released": True, "next": "resp_next"})
+            if op == "remove":
+                return ("ok", {"removed": True, "next": None})
+        if kind == ACTION_WAIT_FOR_EVENT:
+            return ("event", later.pop(0)) if later else None
+        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] in ("mark_queued", "wake_next_turn"):
+            return ("ok", {})
+        return happy(2)(kind, action, position)
+
+    return respond
+
+
+def test_chain_turn_acquires_runs_releases_and_wakes_the_next(handle: Any) -> None:
+    replay = Replay(handle, {"response_id": RID, "chain_id": "conv_chain"})
+    episode = drive(replay, _locked({"state": "granted"}))
+    assert _names(episode.actions) == ["entity:acquire", "plan_response", "run_phase:0", "run_phase:1",
+                                       "finalize_response", "entity:release", "wake_next_turn"]
+    assert _activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
+    assert episode.actions[0]["instanceId"] == "@chain_lock@conv_chain"
+
+
+def test_queued_turn_waits_for_the_grant_then_runs(handle: Any) -> None:
+    replay = Replay(handle, {"response_id": RID, "chain_id": "conv_chain"})
+    waiting = drive(replay, _locked({"state": "queued", "position": 1}))
+    assert not waiting.is_done
+    assert _names(waiting.actions) == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel"]
+    assert waiting.custom_status == {"response_id": RID, "state": "queued"}
+    replay.raise_event("lock_granted", {"granted": True})
+    done = drive(replay, _locked({"state": "queued"}))
+    assert done.is_done
+    assert _names(done.actions)[4:] == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response",
+                                        "entity:release", "wake_next_turn"]
+
+
+def test_queued_turn_cancelled_leaves_the_queue_without_running(handle: Any) -> None:
+    replay = Replay(handle, {"response_id": RID, "chain_id": "conv_chain"})
+    drive(replay, _locked({"state": "queued", "position": 2}))
+    replay.raise_event("cancel", {})
+    done = drive(replay, _locked({"state": "queued"}))
+    assert done.is_done
+    names = _names(done.actions)
+    assert names[4:] == ["entity:remove", "finalize_response"]
+    assert "plan_response" not in names and "entity:release" not in names
+    assert _activity(done.actions[-1])[1]["status"] == "cancelled"
+
+
+def test_lock_is_released_even_when_the_run_fails(handle: Any) -> None:
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "plan_response":
+            return ("fail", "planner down")
+        return _locked({"state": "granted"})(kind, action, position)
+
+    episode = drive(Replay(handle, {"response_id": RID, "chain_id": "conv_chain"}), respond)
+    names = _names(episode.actions)
+    assert names[-3:] == ["finalize_response", "entity:release", "wake_next_turn"]
+    assert _activity(episode.actions[names.index("finalize_response")])[1]["status"] == "failed"

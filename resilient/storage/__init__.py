@@ -2,4 +2,8 @@
 
 The engine and the HTTP layer depend only on the Protocols in :mod:`resilient.storage.ports`;
 the Azure SDK types stay inside this package.
+
+Modules: ``ports`` (Protocols, records), ``errors``, ``connection`` (clients from settings, SDK retry
+policy, transport-fault mapping), ``spill`` (large JSON to blobs), ``responses`` and ``items`` (Tables),
+``logformat``, ``eventwriter`` and ``eventlog`` (the append-blob event log), ``factory`` (``open_storage``).
 """

@@ -1,0 +1,238 @@
+"""The fenced writer at the end of one response's event log: :class:`BlobEventWriter`.
+
+Why the append position is the fence: an append blob accepts ``append_block`` with
+``appendpos_condition=<expected size>`` and refuses it (412 ``AppendPositionConditionNotMet``) when
+anybody else appended since. A zombie activity (the host re-delivered its work to another worker)
+therefore fails its next append and stops, while the log stays contiguous: no lock, no lease, no
+extra round trip. A writer that lost once is dead for good.
+
+The writer batches: one ``append`` call packs all its frames into as few blocks as possible (one
+round trip per ≤ 4 MiB), stamps contiguous sequence numbers, and every ``index_every`` blocks adds a
+hint to the offset index. A segment that reaches ``max_blocks_per_segment`` blocks (append blobs
+allow 50,000) is closed with a ``: next-segment <n>`` marker and the log continues in segment n.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.blob.aio import BlobClient, ContainerClient
+
+from resilient.protocol.sse import encode_frame
+from resilient.storage.connection import translate_errors
+from resilient.storage.errors import LostOwnership
+from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
+from resilient.storage.ports import JsonDict
+
+log = logging.getLogger(__name__)
+
+MAX_BLOCK_BYTES = 4 * 1024 * 1024
+_APPEND_POSITION_NOT_MET = "AppendPositionConditionNotMet"
+
+
+@dataclass(frozen=True)
+class LogLimits:
+    """Tunables of the log layout (tests lower them to exercise rollover and packing)."""
+
+    index_every: int = 16
+    max_blocks_per_segment: int = 49_000
+    max_block_bytes: int = MAX_BLOCK_BYTES
+
+    def __post_init__(self) -> None:
+        if self.index_every < 1 or self.max_blocks_per_segment < 1 or not 0 < self.max_block_bytes <= MAX_BLOCK_BYTES:
+            raise ValueError(f"invalid log limits: {self}")
+
+
+@dataclass
+class WriterPosition:
+    """Where the log ends, as far as this writer knows."""
+
+    segment: int
+    offset: int  # == the segment's size == the expected append position
+    block_count: int  # committed blocks in the segment
+    next_seq: int
+    last_event: JsonDict | None
+
+
+@dataclass(frozen=True)
+class _Block:
+    data: bytes
+    first_seq: int
+    last_event: JsonDict
+
+
+class BlobEventWriter:
+    """``EventWriter`` over append-blob segments; obtain one from :class:`~.eventlog.BlobEventLog`."""
+
+    def __init__(
+        self,
+        container: ContainerClient,
+        response_id: str,
+        position: WriterPosition,
+        limits: LogLimits,
+        *,
+        storage_calls: int = 0,
+    ) -> None:
+        self._container = container
+        self._rid = response_id
+        self._pos = position
+        self._limits = limits
+        self._calls = storage_calls
+        self._blocks_since_index = 0
+        self._dead = False
+        self._segment_client: BlobClient | None = None
+
+    @property
+    def next_sequence_number(self) -> int:
+        return self._pos.next_seq
+
+    @property
+    def last_event(self) -> JsonDict | None:
+        return self._pos.last_event
+
+    @property
+    def storage_calls(self) -> int:
+        return self._calls
+
+    @property
+    def segment(self) -> int:
+        return self._pos.segment
+
+    @property
+    def dead(self) -> bool:
+        return self._dead
+
+    def check(self, events: Sequence[JsonDict]) -> None:
+        """Raise ValueError if ``events`` could not be appended (bad type, frame over the block limit)."""
+        self._pack(events)
+
+    def add_calls(self, count: int) -> None:
+        """Charge round trips spent on this writer's behalf (creating or opening the log)."""
+        self._calls += count
+
+    @translate_errors
+    async def add_index_hint(self, first_seq: int, segment: int, offset: int) -> None:
+        """Record that event ``first_seq`` starts at ``offset`` of ``segment`` (caller guarantees it)."""
+        await self._add_index_record(first_seq, segment, offset)
+
+    @translate_errors
+    async def append(self, events: Sequence[JsonDict]) -> int:
+        if self._dead:
+            raise LostOwnership(f"event log {self._rid!r}: this writer lost ownership earlier")
+        blocks = self._pack(events)  # validates everything before the first storage call
+        for block in blocks:
+            if self._pos.block_count >= self._limits.max_blocks_per_segment:
+                await self._roll_over()
+            offset = self._pos.offset
+            await self._append_fenced(block.data)
+            self._pos.block_count += 1
+            self._pos.next_seq = int(block.last_event["sequence_number"]) + 1
+            self._pos.last_event = block.last_event
+            self._blocks_since_index += 1
+            if self._blocks_since_index >= self._limits.index_every:
+                await self._add_index_record(block.first_seq, self._pos.segment, offset)
+        return self._pos.next_seq - 1
+
+    def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:
+        """Stamp and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
+        blocks: list[_Block] = []
+        current: list[bytes] = []
+        size = 0
+        first_seq = seq = self._pos.next_seq
+        stamped: JsonDict = {}
+        previous: JsonDict = {}
+        for event in events:
+            stamped = {**event, "sequence_number": seq}
+            frame = encode_frame(stamped)
+            if len(frame) > self._limits.max_block_bytes:
+                raise ValueError(
+                    f"event {seq} frame is {len(frame)} bytes, over the {self._limits.max_block_bytes} limit"
+                )
+            if current and size + len(frame) > self._limits.max_block_bytes:
+                blocks.append(_Block(b"".join(current), first_seq, previous))
+                current, size, first_seq = [], 0, seq
+            current.append(frame)
+            size += len(frame)
+            previous = stamped
+            seq += 1
+        if current:
+            blocks.append(_Block(b"".join(current), first_seq, stamped))
+        return blocks
+
+    def _segment_blob(self) -> BlobClient:
+        if self._segment_client is None:
+            self._segment_client = self._container.get_blob_client(segment_blob(self._rid, self._pos.segment))
+        return self._segment_client
+
+    async def _append_fenced(self, data: bytes) -> None:
+        """Append at exactly the expected position, or die with LostOwnership."""
+        blob = self._segment_blob()
+        expected = self._pos.offset
+        self._calls += 1
+        try:
+            await blob.append_block(data, length=len(data), appendpos_condition=expected)
+        except ResourceNotFoundError as error:
+            self._dead = True
+            raise LostOwnership(f"event log {self._rid!r} segment {self._pos.segment} is gone") from error
+        except HttpResponseError as error:
+            if error.status_code != 412 or getattr(error, "error_code", None) != _APPEND_POSITION_NOT_MET:
+                raise
+            if not await self._landed(blob, expected, data):
+                self._dead = True
+                raise LostOwnership(f"event log {self._rid!r}: another writer appended at {expected}") from error
+        self._pos.offset = expected + len(data)
+
+    async def _landed(self, blob: BlobClient, expected: int, data: bytes) -> bool:
+        """After a 412: is the block at ``expected`` byte-for-byte ours?
+
+        Why: the SDK retries an append whose response was lost; the retry then fails the position
+        check against our own, already committed block. Identical bytes (same sequence numbers, same
+        events) mean the log holds exactly what we meant to write, so it is not a lost race.
+        """
+        self._calls += 1
+        try:
+            downloader = await blob.download_blob(offset=expected, length=len(data))
+            return await downloader.readall() == data
+        except HttpResponseError:
+            return False
+
+    async def _roll_over(self) -> None:
+        """Close the full segment with a fenced marker, then continue in a fresh segment."""
+        next_segment = self._pos.segment + 1
+        await self._append_fenced(marker_frame(next_segment))
+        self._pos.block_count += 1
+        blob = self._container.get_blob_client(segment_blob(self._rid, next_segment))
+        self._calls += 1
+        try:
+            await blob.create_append_blob(if_none_match="*")
+        except ResourceExistsError as error:
+            # Ours after an SDK retry, or a recovering opener's: both are fine while still empty
+            # (the first append to it is fenced at position 0 anyway).
+            self._calls += 1
+            if (await blob.get_blob_properties()).size != 0:
+                self._dead = True
+                raise LostOwnership(f"event log {self._rid!r}: segment {next_segment} taken over") from error
+        self._pos = WriterPosition(next_segment, 0, 0, self._pos.next_seq, self._pos.last_event)
+        self._segment_client = blob
+        self._blocks_since_index = 0
+        await self._add_index_record(self._pos.next_seq, next_segment, 0)
+
+    async def _add_index_record(self, first_seq: int, segment: int, offset: int) -> None:
+        """Append an index hint. Best effort: a missing hint only makes some read longer."""
+        self._blocks_since_index = 0
+        self._calls += 1
+        try:
+            await self._container.get_blob_client(index_blob(self._rid)).append_block(
+                index_record(first_seq, segment, offset)
+            )
+        except (HttpResponseError, ServiceRequestError, ServiceResponseError) as error:
+            log.warning("event log %s: index record for seq %d not written: %s", self._rid, first_seq, error)

@@ -1,0 +1,84 @@
+"""One call from settings to the three stores: :func:`open_storage` returns a :class:`Storage`.
+
+Why a bundle: the engine and the HTTP layer need all three stores over the same clients (one
+transport, one credential); whoever opens it closes it. The tables and containers are created at
+most once per process and storage location, not on every open (cold-start cost, and a create per
+request would be a wasted round trip).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+from resilient.settings import Settings
+from resilient.storage.connection import RetryConfig, StorageClients
+from resilient.storage.eventlog import BlobEventLog
+from resilient.storage.items import TableItemStore
+from resilient.storage.ports import EventLog, ItemStore, ResponseStore
+from resilient.storage.responses import TableResponseStore
+from resilient.storage.spill import JsonSpill
+
+_created: set[tuple[str, str]] = set()
+
+
+@dataclass
+class Storage:
+    """The stores the engine and the HTTP layer program against, plus the clients they share."""
+
+    responses: ResponseStore
+    items: ItemStore
+    events: EventLog
+    clients: StorageClients = field(repr=False)
+
+    async def close(self) -> None:
+        await self.clients.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def build_storage(clients: StorageClients) -> Storage:
+    """Wire the Azure-backed stores over ``clients`` (no I/O)."""
+    spill = JsonSpill(clients.container(clients.spill_container_name))
+    return Storage(
+        responses=TableResponseStore(clients.table(clients.responses_table_name), spill),
+        items=TableItemStore(clients.table(clients.items_table_name), spill),
+        events=BlobEventLog(clients.container(clients.events_container_name)),
+        clients=clients,
+    )
+
+
+def _location(settings: Settings) -> tuple[str, str]:
+    where = (
+        settings.storage_connection_string
+        or settings.blob_service_uri
+        or settings.table_service_uri
+        or settings.storage_account_name
+        or ""
+    )
+    return where, settings.storage_prefix
+
+
+async def open_storage(settings: Settings, *, retry: RetryConfig | None = None) -> Storage:
+    """Open clients for ``settings``, create tables/containers once per process, return the stores.
+
+    The caller owns the result (``await storage.close()`` or ``async with``); clients are bound to
+    the running event loop, so open one per loop.
+    """
+    clients = StorageClients(settings, retry=retry)
+    key = _location(settings)
+    try:
+        if key not in _created:  # two racing first opens both create: harmless, creation is idempotent
+            await clients.ensure_created()
+            _created.add(key)
+    except BaseException:
+        await clients.close()
+        raise
+    return build_storage(clients)

@@ -1,0 +1,177 @@
+"""The response row in Azure Table storage: :class:`TableResponseStore` implements ``ResponseStore``.
+
+One entity per response: PartitionKey = response_id, RowKey = "r"; columns ``status``,
+``doc``/``doc_blob`` (JSON, spilled when large), ``cancel_requested``, ``pending_input_count``.
+
+Why every decisive write is a MERGE with ``IfNotModified`` on the ETag: terminal transitions,
+cancel vs. complete and pending-input counts race between the orchestrator's activities and HTTP
+requests; the ETag compare-and-swap lets exactly one of two racing writers win. MERGE (not REPLACE)
+so a write that does not change the document does not have to re-send (or re-spill) it.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import UpdateMode
+from azure.data.tables.aio import TableClient
+
+from resilient.ids import validate_id
+from resilient.storage.connection import translate_errors
+from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
+from resilient.storage.ports import Control, JsonDict, ResponseRecord
+from resilient.storage.spill import JsonSpill
+
+ROW_KEY = "r"
+_CONTROL_COLUMNS = ["status", "cancel_requested", "pending_input_count"]
+# A CAS loop that loses this many times in a row is being starved; surface it instead of spinning.
+_MAX_CAS_ATTEMPTS = 50
+
+
+def _etag(entity: Any) -> str:
+    metadata = getattr(entity, "metadata", None) or {}
+    return str(metadata.get("etag", ""))
+
+
+class TableResponseStore:
+    """``ResponseStore`` over one Azure Table (``<prefix>responses``)."""
+
+    def __init__(self, table: TableClient, spill: JsonSpill) -> None:
+        self._table = table
+        self._spill = spill
+        self.storage_calls = 0
+
+    # -- reads ------------------------------------------------------------------------------------
+    @translate_errors
+    async def get(self, response_id: str) -> ResponseRecord:
+        rid = validate_id(response_id, param="response_id")
+        entity = await self._get_entity(rid, None)
+        return ResponseRecord(
+            response_id=rid,
+            status=str(entity["status"]),
+            doc=await self._spill.unpack(entity, "doc"),
+            etag=_etag(entity),
+            cancel_requested=bool(entity.get("cancel_requested", False)),
+            pending_input_count=int(entity.get("pending_input_count", 0)),
+        )
+
+    @translate_errors
+    async def get_control(self, response_id: str) -> Control:
+        rid = validate_id(response_id, param="response_id")
+        entity = await self._get_entity(rid, _CONTROL_COLUMNS)
+        return Control(
+            status=str(entity["status"]),
+            cancel_requested=bool(entity.get("cancel_requested", False)),
+            pending_input_count=int(entity.get("pending_input_count", 0)),
+        )
+
+    async def _get_entity(self, rid: str, select: list[str] | None) -> Any:
+        self.storage_calls += 1
+        try:
+            return await self._table.get_entity(rid, ROW_KEY, select=select)
+        except ResourceNotFoundError as error:
+            raise NotFound(f"response {rid!r} not found") from error
+
+    # -- writes -----------------------------------------------------------------------------------
+    @translate_errors
+    async def create(self, response_id: str, status: str, doc: JsonDict) -> ResponseRecord:
+        rid = validate_id(response_id, param="response_id")
+        entity: dict[str, Any] = {
+            "PartitionKey": rid,
+            "RowKey": ROW_KEY,
+            "status": status,
+            "cancel_requested": False,
+            "pending_input_count": 0,
+            **await self._spill.pack(rid, "doc", "doc", doc),
+        }
+        self.storage_calls += 1
+        try:
+            result = await self._table.create_entity(entity)
+        except ResourceExistsError:
+            return await self.get(rid)  # a retried create: the stored row is the answer
+        return ResponseRecord(rid, status, dict(doc), str(result.get("etag", "")), False, 0)
+
+    @translate_errors
+    async def replace(
+        self,
+        record: ResponseRecord,
+        *,
+        status: str | None = None,
+        doc_changes: JsonDict | None = None,
+        cancel_requested: bool | None = None,
+        pending_input_count: int | None = None,
+    ) -> ResponseRecord:
+        rid = validate_id(record.response_id, param="response_id")
+        entity: dict[str, Any] = {"PartitionKey": rid, "RowKey": ROW_KEY}
+        doc = record.doc
+        if status is not None:
+            entity["status"] = status
+        if cancel_requested is not None:
+            entity["cancel_requested"] = cancel_requested
+        if pending_input_count is not None:
+            entity["pending_input_count"] = max(0, pending_input_count)
+        if doc_changes:
+            doc = {**record.doc, **doc_changes}
+            entity.update(await self._spill.pack(rid, "doc", "doc", doc))
+        self.storage_calls += 1
+        try:
+            result = await self._table.update_entity(
+                entity, mode=UpdateMode.MERGE, etag=record.etag, match_condition=MatchConditions.IfNotModified
+            )
+        except ResourceModifiedError as error:
+            raise PreconditionFailed(f"response {rid!r} changed since it was read") from error
+        except ResourceNotFoundError as error:
+            raise NotFound(f"response {rid!r} not found") from error
+        return ResponseRecord(
+            response_id=rid,
+            status=record.status if status is None else status,
+            doc=doc,
+            etag=str(result.get("etag", "")),
+            cancel_requested=record.cancel_requested if cancel_requested is None else cancel_requested,
+            pending_input_count=int(entity.get("pending_input_count", record.pending_input_count)),
+        )
+
+    @translate_errors
+    async def transition(
+        self,
+        response_id: str,
+        to_status: str,
+        *,
+        allowed_from: frozenset[str],
+        doc_changes: JsonDict | None = None,
+        cancel_requested: bool | None = None,
+    ) -> ResponseRecord:
+        rid = validate_id(response_id, param="response_id")
+        for _ in range(_MAX_CAS_ATTEMPTS):
+            record = await self.get(rid)
+            if record.status not in allowed_from:
+                raise InvalidTransition(record.status, to_status)
+            try:
+                return await self.replace(
+                    record, status=to_status, doc_changes=doc_changes, cancel_requested=cancel_requested
+                )
+            except PreconditionFailed:
+                continue
+        raise PreconditionFailed(f"response {rid!r}: transition to {to_status!r} kept losing the CAS")
+
+    @translate_errors
+    async def add_pending_input(self, response_id: str, delta: int) -> ResponseRecord:
+        rid = validate_id(response_id, param="response_id")
+        for _ in range(_MAX_CAS_ATTEMPTS):
+            record = await self.get(rid)
+            try:
+                return await self.replace(record, pending_input_count=record.pending_input_count + delta)
+            except PreconditionFailed:
+                continue
+        raise PreconditionFailed(f"response {rid!r}: pending input update kept losing the CAS")
+
+    @translate_errors
+    async def delete(self, response_id: str) -> None:
+        rid = validate_id(response_id, param="response_id")
+        self.storage_calls += 1
+        with suppress(ResourceNotFoundError):
+            await self._table.delete_entity(rid, ROW_KEY)
+        await self._spill.delete_prefix(f"{rid}/doc-")

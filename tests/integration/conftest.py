@@ -1,0 +1,86 @@
+"""Fixtures for the storage integration tests against the running Azurite emulator.
+
+Every session uses its own ``storage_prefix`` (``t`` + 8 random characters), so runs never collide
+and the session's tables and containers are removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import string
+from collections.abc import AsyncIterator
+from contextlib import suppress
+
+import pytest
+import pytest_asyncio
+from azure.core.exceptions import ResourceNotFoundError
+
+from resilient.ids import new_response_id
+from resilient.settings import Settings
+from resilient.storage.connection import RetryConfig, StorageClients
+from resilient.storage.factory import Storage, build_storage, open_storage
+
+_ALPHABET = string.ascii_lowercase + string.digits
+CONNECTION = os.environ.get("AzureWebJobsStorage") or "UseDevelopmentStorage=true"
+# Azurite's well-known development account key (public, documented).
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+FAST_FAIL = RetryConfig(total=2, backoff_s=0.05, backoff_max_s=0.1, connection_timeout_s=1.0, read_timeout_s=1.0)
+
+
+def unique_prefix() -> str:
+    return "t" + "".join(secrets.choice(_ALPHABET) for _ in range(8))
+
+
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def dead_settings(prefix: str) -> Settings:
+    """Settings whose blob and table endpoints are a closed port on loopback."""
+    port = unused_port()
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+        f"TableEndpoint=http://127.0.0.1:{port}/devstoreaccount1"
+    )
+    return Settings.from_env({"AzureWebJobsStorage": conn, "RESILIENT_STORAGE_PREFIX": prefix})
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env({"AzureWebJobsStorage": CONNECTION, "RESILIENT_STORAGE_PREFIX": unique_prefix()})
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def storage(settings: Settings) -> AsyncIterator[Storage]:
+    opened = await open_storage(settings)
+    try:
+        yield opened
+    finally:
+        clients = opened.clients
+        for table in (clients.responses_table_name, clients.items_table_name):
+            with suppress(ResourceNotFoundError):
+                await clients.tables.delete_table(table)
+        for container in (clients.events_container_name, clients.spill_container_name):
+            with suppress(ResourceNotFoundError):
+                await clients.blobs.delete_container(container)
+        await opened.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def dead_storage() -> AsyncIterator[Storage]:
+    """Stores over a closed port with a short retry budget: any storage call fails within ~1 s."""
+    clients = StorageClients(dead_settings(unique_prefix()), retry=FAST_FAIL)
+    try:
+        yield build_storage(clients)
+    finally:
+        await clients.close()
+
+
+@pytest.fixture
+def rid() -> str:
+    return new_response_id()

@@ -1,0 +1,348 @@
+"""The activities' recovery rules, against real Azurite (no storage mocks).
+
+Each test plays the Durable runtime by calling the activities the way the orchestrator would, including
+the way a crashed worker's activity is re-delivered: the same activity, called again with the same input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from resilient.agents.base import AgentRequest, Phase, PhaseContext
+from resilient.agents.research import BASE_PLAN, ResearchAgent, offline_words
+from resilient.engine.activities import Engine, Tuning
+from resilient.http.service import ResponsesService
+from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
+from resilient.protocol.items import text_of
+from resilient.settings import Settings
+from resilient.storage.errors import LostOwnership
+from resilient.storage.factory import Storage, open_storage
+
+pytestmark = pytest.mark.azurite
+
+
+class _Runtime:
+    def __init__(self) -> None:
+        self.started: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str]] = []
+
+    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
+        self.started.append((instance_id, payload))
+
+    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
+        self.events.append((instance_id, name))
+
+
+@pytest.fixture(scope="module")
+def settings() -> Settings:
+    return Settings.from_env({
+        "AzureWebJobsStorage": os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
+        "RESILIENT_STORAGE_PREFIX": "e" + secrets.token_hex(4),
+        "RESILIENT_AGENT_DELTA_DELAY_MS": "0",
+    })
+
+
+@pytest.fixture(scope="module")
+async def storage(settings: Settings) -> AsyncIterator[Storage]:
+    opened = await open_storage(settings)
+    yield opened
+    await opened.close()
+
+
+class CrashingAgent(ResearchAgent):
+    """The research agent, except that it raises (a simulated crash) at delta ``at`` of phase ``phase``
+    the first ``times`` times it runs that phase."""
+
+    def __init__(self, settings: Settings, phase: int, at: int, times: int = 1) -> None:
+        super().__init__(settings)
+        self.phase, self.at, self.left = phase, at, times
+        self.runs: list[tuple[int, bool]] = []
+
+    async def run_phase(self, context: PhaseContext) -> AsyncIterator[str]:
+        self.runs.append((context.phase_index, context.is_recovery))
+        n = 0
+        async for delta in super().run_phase(context):
+            if context.phase_index == self.phase and n == self.at and self.left > 0:
+                self.left -= 1
+                raise RuntimeError("simulated worker crash")
+            n += 1
+            yield delta
+
+
+async def _create(storage: Storage, settings: Settings, *, background: bool = True, phases: int = 3,
+                  words: int = 6, delay_ms: int = 0) -> str:
+    body = {"model": "m", "input": "What makes a run crash-resilient?", "background": background,
+            "metadata": {"research_phases": str(phases), "words_per_phase": str(words),
+                         "delta_delay_ms": str(delay_ms)}}
+    service = ResponsesService(storage, _Runtime(), settings)
+    result = await service.create(json.dumps(body).encode())
+    if background:
+        return str(result.body["id"])
+    raise AssertionError("use background responses here")
+
+
+async def _events(storage: Storage, rid: str) -> list[dict[str, Any]]:
+    result = await storage.events.read_after(rid, -1)
+    return [e.json() for e in result.events]
+
+
+async def _run_all(engine: Engine, rid: str) -> list[dict[str, Any]]:
+    plan = await engine.plan(rid)
+    summaries = []
+    for i in range(plan["phases"]):
+        summaries.append(await engine.run_phase(rid, i))
+    await engine.finalize(rid, {"status": "completed"})
+    return summaries
+
+
+def _assert_contiguous_and_valid(events: list[dict[str, Any]]) -> None:
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    for e in events:
+        validate_event(e)
+    assert sum(e["type"] in TERMINAL_EVENT_TYPES for e in events) == 1
+    assert events[-1]["type"] in TERMINAL_EVENT_TYPES
+
+
+def _texts(events: list[dict[str, Any]]) -> list[str]:
+    final = events[-1]["response"]["output"]
+    return [text_of(item) for item in final]
+
+
+async def test_fault_free_run_has_the_contract_event_order(storage: Storage, settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings)
+    await _run_all(engine, rid)
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    per_phase = kinds[2:-1]
+    one = (["response.output_item.added", "response.content_part.added"] + ["response.output_text.delta"] * 6
+           + ["response.output_text.done", "response.content_part.done", "response.output_item.done"])
+    assert per_phase == one * 3
+    assert kinds[-1] == "response.completed"
+    record = await storage.responses.get(rid)
+    assert record.status == "completed"
+    stored = await storage.items.list_output_items(rid)
+    assert [text_of(i) for i in stored] == _texts(events)
+
+
+async def test_redelivered_finished_phase_returns_checkpoint_without_streaming(storage: Storage,
+                                                                               settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings)
+    await engine.plan(rid)
+    first = await engine.run_phase(rid, 0)
+    count = len(await _events(storage, rid))
+    again = await engine.run_phase(rid, 0)
+    assert again == first
+    assert len(await _events(storage, rid)) == count
+
+
+async def test_redelivered_plan_appends_in_progress_once(storage: Storage, settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings)
+    assert await engine.plan(rid) == await engine.plan(rid)
+    kinds = [e["type"] for e in await _events(storage, rid)]
+    assert kinds == ["response.created", "response.in_progress"]
+
+
+async def test_crash_mid_phase_recovers_with_reset_and_repeats_only_that_phase(storage: Storage,
+                                                                                 settings: Settings) -> None:
+    reference = Engine(storage, ResearchAgent(settings), settings)
+    ref_id = await _create(storage, settings)
+    await _run_all(reference, ref_id)
+    ref_events = await _events(storage, ref_id)
+
+    agent = CrashingAgent(settings, phase=1, at=3)
+    engine = Engine(storage, agent, settings)
+    rid = await _create(storage, settings)
+    await engine.plan(rid)
+    await engine.run_phase(rid, 0)
+    with pytest.raises(RuntimeError, match="simulated"):
+        await engine.run_phase(rid, 1)
+    before = await _events(storage, rid)
+    await engine.run_phase(rid, 1)  # re-delivery
+    await engine.run_phase(rid, 2)
+    await engine.finalize(rid, {"status": "completed"})
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    reset = events[len(before)]
+    assert reset["type"] == "response.in_progress"
+    assert [text_of(i) for i in reset["response"]["output"]] == _texts(ref_events)[:1]
+    assert agent.runs == [(0, False), (1, False), (1, True), (2, False)]  # only phase 1 repeated
+    assert _texts(events) == _texts(ref_events)
+
+
+async def test_crash_after_phase_events_before_checkpoint_reruns_that_phase(storage: Storage,
+                                                                             settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings)
+    await engine.plan(rid)
+    real_put = storage.items.put_output_item
+
+    async def crash_put(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("worker died before the checkpoint")
+
+    storage.items.put_output_item = crash_put  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError):
+            await engine.run_phase(rid, 0)
+    finally:
+        storage.items.put_output_item = real_put  # type: ignore[method-assign]
+    await engine.run_phase(rid, 0)
+    await engine.finalize(rid, {"status": "completed"})
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    kinds = [e["type"] for e in events]
+    assert kinds.count("response.output_item.done") == 2  # phase 0 twice: before and after the reset
+    assert kinds.count("response.in_progress") == 2
+    assert len(events[-1]["response"]["output"]) == 1
+
+
+async def test_double_crash_in_one_phase_resets_once_per_recovery(storage: Storage, settings: Settings) -> None:
+    agent = CrashingAgent(settings, phase=0, at=2, times=2)
+    engine = Engine(storage, agent, settings)
+    rid = await _create(storage, settings, phases=2)
+    await engine.plan(rid)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            await engine.run_phase(rid, 0)
+    await engine.run_phase(rid, 0)
+    await engine.run_phase(rid, 1)
+    await engine.finalize(rid, {"status": "completed"})
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    assert [k["type"] for k in events].count("response.in_progress") == 3
+    assert len(events[-1]["response"]["output"]) == 2
+
+
+async def test_non_background_crash_is_failed_not_rerun(storage: Storage, settings: Settings) -> None:
+    agent = CrashingAgent(settings, phase=0, at=1)
+    engine = Engine(storage, agent, settings)
+    rid = await _create(storage, settings)
+    record = await storage.responses.get(rid)
+    await storage.responses.replace(record, doc_changes={"background": False})
+    await engine.plan(rid)
+    with pytest.raises(RuntimeError):
+        await engine.run_phase(rid, 0)
+    summary = await engine.run_phase(rid, 0)
+    assert summary["stop"] == "failed" and summary["error"]["code"] == "server_error"
+    assert agent.runs == [(0, False)]
+    await engine.finalize(rid, {"status": "failed", "error": summary["error"]})
+    events = await _events(storage, rid)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    assert (await storage.responses.get(rid)).status == "failed"
+
+
+async def test_zombie_writer_is_fenced_off(storage: Storage, settings: Settings) -> None:
+    """A re-delivered phase and its still-running original: the original's next append is refused."""
+    engine = Engine(storage, ResearchAgent(settings), settings, Tuning(flush_interval_s=0.0, flush_max_events=1))
+    rid = await _create(storage, settings, phases=1, words=40, delay_ms=60)
+    await engine.plan(rid)
+    zombie = asyncio.create_task(engine.run_phase(rid, 0))
+    await asyncio.sleep(0.25)  # the original has appended some deltas
+    fresh = Engine(storage, ResearchAgent(settings), settings)
+    summary = await fresh.run_phase(rid, 0)  # the re-delivery, concurrently with the zombie
+    with pytest.raises(LostOwnership):
+        await zombie
+    assert summary["stop"] is None
+    await fresh.finalize(rid, {"status": "completed"})
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    assert len(events[-1]["response"]["output"]) == 1
+
+
+async def test_cancel_stops_the_phase_and_keeps_partial_output(storage: Storage, settings: Settings) -> None:
+    runtime = _Runtime()
+    engine = Engine(storage, ResearchAgent(settings), settings, Tuning(control_interval_s=0.02))
+    rid = await _create(storage, settings, phases=3, words=200, delay_ms=5)
+    await engine.plan(rid)
+    running = asyncio.create_task(engine.run_phase(rid, 0))
+    await asyncio.sleep(0.3)
+    cancelled = await ResponsesService(storage, runtime, settings).cancel(rid)
+    assert cancelled.body["status"] == "cancelled"
+    assert runtime.events == [(rid, "cancel")]
+    summary = await running
+    assert summary["stop"] == "cancelled"
+    full = " ".join(offline_words("What makes a run crash-resilient?", BASE_PLAN[0], 0, 200))
+    assert 0 < summary["chars"] < len(full)
+    final = await engine.finalize(rid, {"status": "cancelled"})
+    assert final == {"status": "cancelled"}
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["status"] == "cancelled"
+    partial = events[-1]["response"]["output"]
+    assert len(partial) == 1 and partial[0]["status"] == "incomplete"
+
+
+async def test_cancel_racing_completion_has_exactly_one_terminal(storage: Storage, settings: Settings) -> None:
+    for _ in range(5):
+        engine = Engine(storage, ResearchAgent(settings), settings)
+        rid = await _create(storage, settings, phases=1, words=3)
+        await engine.plan(rid)
+        await engine.run_phase(rid, 0)
+        service = ResponsesService(storage, _Runtime(), settings)
+        results = await asyncio.gather(engine.finalize(rid, {"status": "completed"}), service.cancel(rid),
+                                       return_exceptions=True)
+        status = (await storage.responses.get(rid)).status
+        assert status in ("completed", "cancelled")
+        assert results[0] == {"status": status}
+        events = await _events(storage, rid)
+        _assert_contiguous_and_valid(events)
+        assert events[-1]["response"]["status"] == status
+
+
+async def test_steering_stops_the_phase_at_a_delta_boundary(storage: Storage, settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings, Tuning(control_interval_s=0.02))
+    rid = await _create(storage, settings, phases=2, words=300, delay_ms=5)
+    await engine.plan(rid)
+    running = asyncio.create_task(engine.run_phase(rid, 0))
+    await asyncio.sleep(0.3)
+    await storage.responses.add_pending_input(rid, 1)
+    summary = await running
+    assert summary["stop"] == "steered"
+    await engine.finalize(rid, {"status": "completed", "steered": True})
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][0]["status"] == "incomplete"
+
+
+async def test_finalize_is_idempotent(storage: Storage, settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings, phases=1, words=2)
+    await engine.plan(rid)
+    await engine.run_phase(rid, 0)
+    assert await engine.finalize(rid, {"status": "completed"}) == {"status": "completed"}
+    assert await engine.finalize(rid, {"status": "completed"}) == {"status": "completed"}
+    _assert_contiguous_and_valid(await _events(storage, rid))
+
+
+async def test_phase_context_exposes_history_and_output_so_far(storage: Storage, settings: Settings) -> None:
+    seen: list[PhaseContext] = []
+
+    class Recorder(ResearchAgent):
+        async def plan(self, request: AgentRequest) -> list[Phase]:
+            return [Phase("a"), Phase("b")]
+
+        async def run_phase(self, context: PhaseContext) -> AsyncIterator[str]:
+            seen.append(context)
+            yield f"phase {context.phase_index}"
+
+    engine = Engine(storage, Recorder(settings), settings)
+    rid = await _create(storage, settings)
+    await _run_all(engine, rid)
+    assert [c.phase.name for c in seen] == ["a", "b"]
+    assert [text_of(i) for i in seen[1].output_so_far] == ["phase 0"]
+    assert seen[0].request.question() == "What makes a run crash-resilient?"
+    assert not seen[0].is_recovery

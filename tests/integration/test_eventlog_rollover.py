@@ -1,0 +1,128 @@
+"""Segment rollover and crash-during-rollover recovery, with tiny segments (5 blocks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from resilient.storage.eventlog import BlobEventLog
+from resilient.storage.factory import Storage
+from resilient.storage.logformat import marker_frame, parse_index, segment_blob
+from tests.integration.test_eventlog import assert_contiguous, created, delta
+
+pytestmark = pytest.mark.azurite
+
+
+def small_log(storage: Storage) -> BlobEventLog:
+    container = storage.clients.container(storage.clients.events_container_name)
+    return BlobEventLog(container, max_blocks_per_segment=5, index_every=2)
+
+
+async def _segments(storage: Storage, rid: str) -> dict[str, tuple[int, int]]:
+    """name -> (size, committed blocks)."""
+    container = storage.clients.container(storage.clients.events_container_name)
+    found: dict[str, tuple[int, int]] = {}
+    async for blob in container.list_blobs(name_starts_with=f"{rid}/seg-"):
+        props = await container.get_blob_client(blob.name).get_blob_properties()
+        found[blob.name] = (int(props.size), int(props.append_blob_committed_block_count or 0))
+    return found
+
+
+async def test_rollover_across_segments(storage: Storage, rid: str) -> None:
+    log = small_log(storage)
+    writer = await log.create(rid, [created()])
+    for batch in range(22):
+        await writer.append([delta(f"b{batch}")] * 3)
+    last = writer.next_sequence_number - 1  # 66
+    segments = await _segments(storage, rid)
+    assert len(segments) == 5  # 23 data blocks at 5 per segment
+    for name, (_, blocks) in segments.items():
+        assert blocks <= 6, name  # 5 data blocks + the marker
+    assert_contiguous(await log.read_after(rid, -1), 0, last)
+    for after in (0, 14, 15, 16, 30, 44, 60, last - 1):
+        assert_contiguous(await log.read_after(rid, after), after + 1, last)
+    index = parse_index(
+        await (
+            await storage.clients.container(storage.clients.events_container_name).download_blob(f"{rid}/index")
+        ).readall()
+    )
+    assert {entry.segment for entry in index} == {0, 1, 2, 3, 4}
+    # Tail reads start in the last segment.
+    before = log.storage_calls
+    tail = await log.read_after(rid, last - 2)
+    assert log.storage_calls - before == 2 and tail.cursor.segment == 4
+
+    reopened = await log.open_writer(rid)
+    assert reopened.next_sequence_number == last + 1
+    for _ in range(6):
+        await reopened.append([delta("after")])
+    assert_contiguous(await log.read_after(rid, -1), 0, last + 6)
+    assert len(await _segments(storage, rid)) == 6
+
+
+async def test_read_more_follows_rollover(storage: Storage, rid: str) -> None:
+    log = small_log(storage)
+    writer = await log.create(rid, [created()])
+    for _ in range(4):
+        await writer.append([delta()])
+    tail = await log.read_after(rid, -1)  # ends in segment 0 (5 blocks, full but no marker yet)
+    assert tail.cursor.segment == 0
+    await writer.append([delta("s1")])  # marker in segment 0, then segment 1
+    more = await log.read_more(rid, tail.cursor)
+    assert [e.sequence_number for e in more.events] == [5] and more.cursor.segment == 1
+    assert (await log.read_more(rid, more.cursor)).events == []
+
+
+async def test_open_writer_after_crash_during_rollover(storage: Storage, rid: str) -> None:
+    log = small_log(storage)
+    writer = await log.create(rid, [created()])
+    for _ in range(4):
+        await writer.append([delta()] * 2)
+    # Simulate a crash after the marker was appended and before segment 1 was created.
+    container = storage.clients.container(storage.clients.events_container_name)
+    seg0 = container.get_blob_client(segment_blob(rid, 0))
+    size = (await seg0.get_blob_properties()).size
+    await seg0.append_block(marker_frame(1), appendpos_condition=size)
+    # A reader stops at the marker without error.
+    partial = await log.read_after(rid, -1)
+    assert_contiguous(partial, 0, 8)
+    assert partial.cursor.segment == 1 and partial.cursor.offset == 0
+    assert (await log.read_more(rid, partial.cursor)).events == []
+
+    recovered = await log.open_writer(rid)
+    assert recovered.next_sequence_number == 9
+    assert recovered.last_event is not None and recovered.last_event["sequence_number"] == 8
+    await recovered.append([{"type": "response.in_progress", "response": {"id": rid}}])
+    await recovered.append([delta("after")] * 3)
+    assert_contiguous(await log.read_after(rid, -1), 0, 12)
+    assert_contiguous(await log.read_more(rid, partial.cursor), 9, 12)
+    assert set(await _segments(storage, rid)) == {segment_blob(rid, 0), segment_blob(rid, 1)}
+
+
+async def test_open_writer_when_new_segment_is_empty(storage: Storage, rid: str) -> None:
+    log = small_log(storage)
+    writer = await log.create(rid, [created()])
+    for _ in range(4):
+        await writer.append([delta()])
+    container = storage.clients.container(storage.clients.events_container_name)
+    seg0 = container.get_blob_client(segment_blob(rid, 0))
+    size = (await seg0.get_blob_properties()).size
+    await seg0.append_block(marker_frame(1), appendpos_condition=size)
+    await container.get_blob_client(segment_blob(rid, 1)).create_append_blob()
+    recovered = await log.open_writer(rid)  # the last event lives in segment 0
+    assert recovered.next_sequence_number == 5 and recovered.last_event is not None
+    await recovered.append([delta()])
+    assert_contiguous(await log.read_after(rid, -1), 0, 5)
+    assert_contiguous(await log.read_after(rid, 4), 5, 5)
+
+
+async def test_missing_index_is_repaired_and_reads_fall_back(storage: Storage, rid: str) -> None:
+    log = small_log(storage)
+    writer = await log.create(rid, [created()])
+    await writer.append([delta()] * 3)
+    container = storage.clients.container(storage.clients.events_container_name)
+    await container.delete_blob(f"{rid}/index")
+    assert_contiguous(await log.read_after(rid, 2), 3, 3)  # no hints: read from the start
+    reopened = await log.open_writer(rid)
+    await reopened.append([delta()])
+    assert_contiguous(await log.read_after(rid, -1), 0, 4)
+    assert (await (await container.download_blob(f"{rid}/index")).readall()).startswith(b"000000000000 000000 ")

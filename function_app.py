@@ -1,5 +1,15 @@
-"""Azure Functions entry point (Python v2 programming model). Thin by design: all logic is in resilient/."""
+"""Azure Functions entry point (Python v2 programming model).
+
+Thin on purpose: every function is defined in ``resilient/functions`` and registered here with the agent
+this app runs. To plug in your own agent, replace ``ResearchAgent`` with your class (see README).
+"""
 
 import azure.durable_functions as df
 
+from resilient.agents.research import ResearchAgent
+from resilient.functions.durable import durable_blueprint
+from resilient.functions.http import http_blueprint
+
 app = df.DFApp()
+app.register_functions(durable_blueprint(ResearchAgent))
+app.register_functions(http_blueprint())

@@ -51,6 +51,7 @@ def indexed() -> dict[str, dict[str, Any]]:
     from azure_functions_runtime.http_v2 import HttpV2Registry
 
     meta.load_binding_registry()
+    sys.modules.pop("function_app", None)  # index a fresh import, as the worker does at start-up
     fns = loader.index_function_app(str(ROOT / "function_app.py"))
     results, _logs = loader.process_indexed_function(_protos(), functions.Registry(), fns, str(ROOT))
     out: dict[str, dict[str, Any]] = {}

@@ -1,0 +1,71 @@
+"""Durable bindings: the orchestrator, the activities and the chain-lock entity, as a ``df.Blueprint``.
+
+Each function is a thin adapter from the Functions trigger to :mod:`resilient.engine`; nothing here is
+worth unit-testing on its own except through replay (orchestrator) and the host double (the rest).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from typing import Any
+
+import azure.durable_functions as df
+
+from resilient.engine import chainlock, orchestrator
+from resilient.functions import runtime
+
+
+def _args(payload: Any) -> dict[str, Any]:
+    """Activity inputs arrive decoded by the Durable converter; tolerate a JSON string too."""
+    if isinstance(payload, str):
+        decoded: dict[str, Any] = json.loads(payload)
+        return decoded
+    return dict(payload)
+
+
+def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
+    """Build the blueprint for ``agent_factory`` (called once by ``function_app.py``)."""
+    runtime.configure(agent_factory)
+    bp = df.Blueprint()
+
+    @bp.orchestration_trigger(context_name="context", orchestration="responses_orchestrator")
+    def responses_orchestrator(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
+        return (yield from orchestrator.response_orchestrator(context))
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.PLAN)
+    async def plan_response(payload: Any) -> dict[str, Any]:
+        args = _args(payload)
+        return await (await runtime.engine()).plan(str(args["response_id"]))
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.RUN_PHASE)
+    async def run_phase(payload: Any) -> dict[str, Any]:
+        args = _args(payload)
+        return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]))
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.FINALIZE)
+    async def finalize_response(payload: Any) -> dict[str, Any]:
+        args = _args(payload)
+        return await (await runtime.engine()).finalize(str(args["response_id"]), args)
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.MARK_QUEUED)
+    async def mark_queued(payload: Any) -> dict[str, Any]:
+        args = _args(payload)
+        return await (await runtime.engine()).mark_queued(str(args["response_id"]))
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.WAKE_NEXT)
+    @bp.durable_client_input(client_name="client")
+    async def wake_next_turn(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:
+        args = _args(payload)
+        next_id = str(args["response_id"])
+        await client.raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
+        return {"woken": next_id}
+
+    @bp.entity_trigger(context_name="context", entity_name=orchestrator.CHAIN_LOCK_ENTITY)
+    def chain_lock(context: df.DurableEntityContext) -> None:
+        state = chainlock.coerce_state(context.get_state(chainlock.empty_state))
+        new_state, answer = chainlock.apply(context.operation_name or "", state, context.get_input())
+        context.set_state(new_state)
+        context.set_result(answer)
+
+    return bp

@@ -1,0 +1,318 @@
+"""Endpoint logic for the Responses API, independent of the Functions host.
+
+Every handler returns an :class:`HttpResult` (status, headers, JSON body or a byte stream); the bindings
+in ``resilient/functions/http.py`` turn it into a FastAPI response. The durable side is reached through
+the tiny :class:`DurableRuntime` port, so the same logic runs under ``func start``, the host double and
+unit tests.
+
+Ordering rules that make crashes harmless:
+* create: input items → response row → event log with ``response.created`` → start the orchestration.
+  A crash before the start leaves a ``queued`` row that nothing runs; the client got no 2xx, so it
+  retries and gets a new response (ids are never reused).
+* every event a client sees is read back from the event log (R1), so a live stream and a replay are the
+  same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from resilient.engine import orchestrator as orch
+from resilient.engine.snapshot import response_object
+from resilient.http.streaming import tail_events
+from resilient.ids import RESPONSE_PREFIX, InvalidId, new_message_id, new_response_id, validate_id
+from resilient.protocol import errors
+from resilient.protocol import events as ev
+from resilient.protocol.errors import ApiError
+from resilient.protocol.items import text_of
+from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
+from resilient.settings import Settings
+from resilient.storage.errors import InvalidTransition, NotFound, StorageUnavailable
+from resilient.storage.factory import Storage
+from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
+
+log = logging.getLogger("resilient.http")
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+ORCHESTRATOR_NAME = "responses_orchestrator"
+
+
+class DurableRuntime(Protocol):
+    """What the endpoints need from Durable Functions."""
+
+    async def start(self, instance_id: str, payload: dict[str, Any]) -> None: ...
+
+    async def raise_event(self, instance_id: str, name: str, data: Any) -> None: ...
+
+
+@dataclass
+class HttpResult:
+    status: int
+    body: Any = None
+    stream: AsyncIterator[bytes] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_stream(self) -> bool:
+        return self.stream is not None
+
+
+def error_result(error: ApiError) -> HttpResult:
+    return HttpResult(error.status, error.body(), headers=error.headers())
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
+
+
+class ResponsesService:
+    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings) -> None:
+        self.storage = storage
+        self.runtime = runtime
+        self.settings = settings
+
+    # ---------------------------------------------------------------- create
+    async def create(self, body: bytes) -> HttpResult:
+        if len(body) > MAX_BODY_BYTES:
+            raise errors.payload_too_large(MAX_BODY_BYTES)
+        request = parse_create_request(body)
+        chain_id, previous = await self._resolve_chain(request)
+        response_id = new_response_id()
+        items = normalize_input_items(request, new_message_id)
+        doc: dict[str, Any] = {
+            "created_at": int(time.time()),
+            "model": request.model,
+            "instructions": request.instructions,
+            "background": request.background,
+            "stream": request.stream,
+            "store": request.store,
+            "metadata": request.metadata or {},
+            "previous_response_id": previous,
+            "conversation_id": request.conversation,
+            "chain_id": chain_id,
+            "input_chars": sum(len(text_of(i)) for i in items),
+        }
+        await self.storage.items.put_input_items(response_id, items)
+        record = await self.storage.responses.create(response_id, "queued", doc)
+        await self.storage.events.create(response_id, [ev.response_created(response_object(record, []))])
+        try:
+            await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
+        except Exception:
+            log.exception("could not start the orchestration", extra={"response_id": response_id})
+            await self._fail_unstarted(response_id)
+            raise errors.service_unavailable() from None
+        log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
+                                   "background": request.background, "stream": request.stream})
+        if request.stream:
+            return HttpResult(200, stream=self._stream_then_forget(record, -1), headers=dict(SSE_HEADERS))
+        if request.background:
+            return HttpResult(200, response_object(record, []))
+        return HttpResult(200, await self._wait_for_terminal(record))
+
+    async def _resolve_chain(self, request: CreateResponseRequest) -> tuple[str | None, str | None]:
+        """A chain is named by ``conversation`` or by following ``previous_response_id`` to its root."""
+        if request.conversation:
+            return request.conversation, None
+        if not request.previous_response_id:
+            return None, None
+        try:
+            previous = await self.storage.responses.get(request.previous_response_id)
+        except NotFound:
+            raise errors.ApiError(404, errors.INVALID_REQUEST,
+                                  f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
+                                  code=errors.CODE_NOT_FOUND, param="previous_response_id") from None
+        if not previous.doc.get("store", True):
+            raise errors.ApiError(404, errors.INVALID_REQUEST, "Previous response was not stored.",
+                                  code=errors.CODE_NOT_FOUND, param="previous_response_id")
+        chain = previous.doc.get("chain_id") or previous.response_id
+        return str(chain), previous.response_id
+
+    async def _fail_unstarted(self, response_id: str) -> None:
+        try:
+            await self.storage.responses.transition(
+                response_id, "failed", allowed_from=ACTIVE_STATUSES,
+                doc_changes={"error": {"code": "server_error", "message": "The run could not be started."}},
+            )
+        except Exception:
+            log.exception("could not mark an unstarted response failed", extra={"response_id": response_id})
+
+    async def _wait_for_terminal(self, record: ResponseRecord) -> dict[str, Any]:
+        """A synchronous (non-background, non-stream) request: follow the log to its terminal event."""
+        async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None):
+            pass
+        final = await self._response(record.response_id)
+        if not record.doc.get("store", True):
+            await self._forget(record.response_id)
+        return final
+
+    async def _stream_then_forget(self, record: ResponseRecord, starting_after: int) -> AsyncIterator[bytes]:
+        async for frame in tail_events(self.storage.events, record.response_id, starting_after):
+            yield frame
+        if not record.doc.get("store", True):
+            await self._forget(record.response_id)
+
+    async def _forget(self, response_id: str) -> None:
+        """``store=false``: nothing of the response stays once it was delivered."""
+        try:
+            await self.storage.responses.delete(response_id)
+            await self.storage.items.delete_all(response_id)
+            await self.storage.events.delete(response_id)
+        except Exception:
+            log.exception("cleanup of a store=false response failed", extra={"response_id": response_id})
+
+    # -------------------------------------------------------------- retrieve
+    async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
+        record = await self._stored(response_id)
+        if _truthy(query.get("stream")):
+            if not record.doc.get("background", False):
+                raise errors.invalid_request(
+                    "Streaming a stored response is only possible for responses created with background=true.",
+                    param="stream")
+            starting_after = _starting_after(query.get("starting_after"), headers.get("last-event-id"))
+            return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after),
+                              headers=dict(SSE_HEADERS))
+        return HttpResult(200, await self._response(response_id, record))
+
+    async def _response(self, response_id: str, record: ResponseRecord | None = None) -> dict[str, Any]:
+        record = record or await self.storage.responses.get(response_id)
+        output = await self.storage.items.list_output_items(response_id)
+        return response_object(record, output)
+
+    async def _stored(self, response_id: str) -> ResponseRecord:
+        """The stored row, or 404 for unknown ids, hostile ids, deleted or ``store=false`` responses."""
+        try:
+            validate_id(response_id, prefix=RESPONSE_PREFIX)
+            record = await self.storage.responses.get(response_id)
+        except (InvalidId, NotFound):
+            raise errors.not_found("Response", response_id) from None
+        if not record.doc.get("store", True):
+            raise errors.not_found("Response", response_id)
+        return record
+
+    # ---------------------------------------------------------------- cancel
+    async def cancel(self, response_id: str) -> HttpResult:
+        record = await self._stored(response_id)
+        if not record.doc.get("background", False):
+            raise errors.invalid_request("Only responses created with background=true can be cancelled.",
+                                         param="response_id")
+        if record.status == "cancelled":
+            return HttpResult(200, await self._response(response_id, record))
+        if record.status in TERMINAL_STATUSES:
+            raise errors.invalid_request(f"Cannot cancel a response that is already {record.status}.",
+                                         param="response_id")
+        try:
+            record = await self.storage.responses.transition(
+                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True)
+        except InvalidTransition as lost:
+            if lost.current_status == "cancelled":
+                return HttpResult(200, await self._response(response_id))
+            raise errors.invalid_request(f"Cannot cancel a response that is already {lost.current_status}.",
+                                         param="response_id") from None
+        try:  # wakes a queued turn that waits for its chain lock; a running phase sees the flag itself
+            await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
+        except Exception:
+            log.warning("cancel event not delivered (the flag still stops the run)", extra={"response_id": response_id})
+        log.info("cancelled", extra={"response_id": response_id})
+        return HttpResult(200, await self._response(response_id, record))
+
+    # ---------------------------------------------------------------- delete
+    async def delete(self, response_id: str) -> HttpResult:
+        record = await self._stored(response_id)
+        if record.status in ACTIVE_STATUSES:
+            raise errors.invalid_request(
+                "Cannot delete a response that is still running; cancel it first.", param="response_id")
+        await self.storage.responses.delete(response_id)
+        await self.storage.items.delete_all(response_id)
+        await self.storage.events.delete(response_id)
+        log.info("deleted", extra={"response_id": response_id})
+        return HttpResult(200, {"id": response_id, "object": "response.deleted", "deleted": True})
+
+    # ----------------------------------------------------------- input items
+    async def input_items(self, response_id: str, query: Mapping[str, str]) -> HttpResult:
+        await self._stored(response_id)
+        limit = _limit(query.get("limit"))
+        order = query.get("order") or "desc"
+        if order not in ("asc", "desc"):
+            raise errors.invalid_request("'order' must be 'asc' or 'desc'.", param="order",
+                                         code=errors.CODE_INVALID_VALUE)
+        after = query.get("after") or None
+        if after is not None and not _safe(after):
+            raise errors.invalid_request("'after' is not a valid item id.", param="after",
+                                         code=errors.CODE_INVALID_VALUE)
+        try:
+            page = await self.storage.items.list_input_items(response_id, after=after, limit=limit,
+                                                             order="asc" if order == "asc" else "desc")
+        except NotFound:
+            raise errors.invalid_request(f"No input item with id {errors.echo(after)} in this response.",
+                                         param="after", code=errors.CODE_INVALID_VALUE) from None
+        data = page.data
+        return HttpResult(200, {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": page.has_more,
+        })
+
+
+def _safe(value: str) -> bool:
+    try:
+        validate_id(value)
+        return True
+    except InvalidId:
+        return False
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes"}
+
+
+def _starting_after(raw: str | None, last_event_id: str | None) -> int:
+    value = raw if raw not in (None, "") else last_event_id
+    if value in (None, ""):
+        return -1
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise errors.invalid_request("'starting_after' must be an integer sequence number.",
+                                     param="starting_after", code=errors.CODE_INVALID_TYPE) from None
+    if number < -1 or number > 2**53:
+        raise errors.invalid_request("'starting_after' must be between -1 and 2^53.", param="starting_after",
+                                     code=errors.CODE_INVALID_VALUE)
+    return number
+
+
+def _limit(raw: str | None) -> int:
+    if raw in (None, ""):
+        return 20
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise errors.invalid_request("'limit' must be an integer between 1 and 100.", param="limit",
+                                     code=errors.CODE_INVALID_TYPE) from None
+    if not 1 <= value <= 100:
+        raise errors.invalid_request("'limit' must be between 1 and 100.", param="limit",
+                                     code=errors.CODE_INVALID_VALUE)
+    return value
+
+
+async def guarded(call: Any) -> HttpResult:
+    """Run a handler and map every failure to the OpenAI error shape (never a 500 for client input)."""
+    try:
+        result: HttpResult = await call
+        return result
+    except ApiError as exc:
+        return error_result(exc)
+    except StorageUnavailable:
+        return error_result(errors.service_unavailable())
+    except NotFound:
+        return error_result(errors.ApiError(404, errors.INVALID_REQUEST, "Not found.", code=errors.CODE_NOT_FOUND))
+    except TimeoutError:
+        return error_result(errors.service_unavailable())
+    except Exception:
+        log.exception("unhandled error")
+        return error_result(errors.ApiError(500, errors.SERVER_ERROR, "The server had an error processing the "
+                                            "request.", code="server_error", retryable=True))

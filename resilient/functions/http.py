@@ -116,10 +116,11 @@ def http_blueprint() -> df.Blueprint:
 
         return _to_response(await guarded(handle()))
 
-    @bp.route(route="admin/crash", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+    @bp.route(route="ops/crash", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
     async def crash_worker(req: Request) -> Response:
         """Demo/test hook: kill this worker process, as a real crash would. Off unless the app setting
-        ``RESILIENT_ENABLE_CRASH_ENDPOINT`` is true (then 404, indistinguishable from no route)."""
+        ``RESILIENT_ENABLE_CRASH_ENDPOINT`` is true (otherwise 404, indistinguishable from no route).
+        Admin-level auth in Azure (the master key). Not under ``/admin``: the host reserves that prefix."""
         if not Settings.from_env().enable_crash_endpoint:
             return JSONResponse({"error": {"message": "Not found.", "type": "invalid_request_error",
                                            "code": "not_found", "param": None}}, status_code=404)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -172,9 +172,16 @@ class ResponsesService:
                     "Streaming a stored response is only possible for responses created with background=true.",
                     param="stream")
             starting_after = _starting_after(query.get("starting_after"), headers.get("last-event-id"))
-            return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after),
+            return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
+                                                      finished=self._finished_probe(response_id)),
                               headers=dict(SSE_HEADERS))
         return HttpResult(200, await self._response(response_id, record))
+
+    def _finished_probe(self, response_id: str) -> Callable[[], Awaitable[bool]]:
+        async def finished() -> bool:
+            return (await self.storage.responses.get_control(response_id)).status in TERMINAL_STATUSES
+
+        return finished
 
     async def _response(self, response_id: str, record: ResponseRecord | None = None) -> dict[str, Any]:
         record = record or await self.storage.responses.get(response_id)

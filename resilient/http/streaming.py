@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
@@ -33,13 +33,22 @@ async def tail_events(
     keepalive_seconds: float | None = 15.0,
     poll_min: float = POLL_MIN_SECONDS,
     poll_max: float = POLL_MAX_SECONDS,
+    finished: Callable[[], Awaitable[bool]] | None = None,
+    finished_check_seconds: float = 2.0,
 ) -> AsyncIterator[bytes]:
-    """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one."""
+    """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one.
+
+    ``finished`` (optional) tells whether the response reached a terminal status; it is asked only after
+    ``finished_check_seconds`` without new events, so a client that asked for a ``starting_after`` past
+    the terminal event gets an empty, closed stream instead of an endless one.
+    """
     result: ReadResult | None = None
     cursor: ReadCursor | None = None
     delay = poll_min
     last_output = time.monotonic()
     outage_since: float | None = None
+    next_finished_check = time.monotonic() + finished_check_seconds
+    finished_seen = False
     while True:
         try:
             if cursor is None:
@@ -64,7 +73,18 @@ async def tail_events(
             if result.events:
                 delay = poll_min
                 last_output = time.monotonic()
+                next_finished_check = last_output + finished_check_seconds
                 continue
+            if finished_seen:
+                return  # terminal status seen before this (empty) read: the terminal event was skipped
+            if finished is not None and time.monotonic() >= next_finished_check:
+                next_finished_check = time.monotonic() + finished_check_seconds
+                try:
+                    finished_seen = await finished()
+                except (NotFound, StorageUnavailable):
+                    finished_seen = False
+                if finished_seen:
+                    continue  # read once more: the terminal event may have landed just now
         if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
             yield KEEPALIVE
             last_output = time.monotonic()

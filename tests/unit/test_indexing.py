@@ -95,7 +95,7 @@ def test_http_route_bindings(indexed: dict[str, dict[str, Any]], name: str) -> N
 
 def test_crash_endpoint_is_admin_only(indexed: dict[str, dict[str, Any]]) -> None:
     (trigger,) = _by_type(indexed["crash_worker"], "httpTrigger")
-    assert trigger["route"] == "admin/crash" and trigger["authLevel"].upper() == "ADMIN"
+    assert trigger["route"] == "ops/crash" and trigger["authLevel"].upper() == "ADMIN"
 
 
 def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) -> None:

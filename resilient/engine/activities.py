@@ -326,7 +326,7 @@ class Engine:
     async def _history(self, record: ResponseRecord) -> list[JsonDict]:
         """The chain's earlier turns, oldest first: each turn's input items then its output items."""
         turns: list[Sequence[JsonDict]] = []
-        previous = record.doc.get("previous_response_id")
+        previous = _previous_turn(record)
         for _ in range(MAX_HISTORY_TURNS):
             if not previous:
                 break
@@ -337,11 +337,17 @@ class Engine:
             turn = await self._all_input_items(earlier.response_id)
             turn += await self.storage.items.list_output_items(earlier.response_id)
             turns.append(turn)
-            previous = earlier.doc.get("previous_response_id")
+            previous = _previous_turn(earlier)
         history: list[JsonDict] = []
         for earlier_turn in reversed(turns):
             history += list(earlier_turn)
         return history
+
+
+def _previous_turn(record: ResponseRecord) -> str | None:
+    """The turn before this one on its chain (conversation or previous_response_id), if any."""
+    found = record.doc.get("previous_turn") or record.doc.get("previous_response_id")
+    return str(found) if found else None
 
 
 def _terminal_event(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:

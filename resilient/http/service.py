@@ -31,13 +31,14 @@ from resilient.protocol.errors import ApiError
 from resilient.protocol.items import text_of
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
-from resilient.storage.errors import InvalidTransition, NotFound, StorageUnavailable
+from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
 from resilient.storage.factory import Storage
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
 
 log = logging.getLogger("resilient.http")
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
+CHAIN_CAS_ATTEMPTS = 20
 ORCHESTRATOR_NAME = "responses_orchestrator"
 
 
@@ -81,6 +82,13 @@ class ResponsesService:
         request = parse_create_request(body)
         chain_id, previous = await self._resolve_chain(request)
         response_id = new_response_id()
+        turns_ahead: list[str] = []
+        previous_turn: str | None = None
+        if chain_id is not None:
+            turns_ahead, previous_turn = await self._register_turn(
+                chain_id, response_id, previous, is_conversation=request.conversation is not None)
+        elif request.store:
+            chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
         items = normalize_input_items(request, new_message_id)
         doc: dict[str, Any] = {
             "created_at": int(time.time()),
@@ -93,6 +101,7 @@ class ResponsesService:
             "previous_response_id": previous,
             "conversation_id": request.conversation,
             "chain_id": chain_id,
+            "previous_turn": previous_turn,
             "input_chars": sum(len(text_of(i)) for i in items),
         }
         await self.storage.items.put_input_items(response_id, items)
@@ -104,6 +113,7 @@ class ResponsesService:
             log.exception("could not start the orchestration", extra={"response_id": response_id})
             await self._fail_unstarted(response_id)
             raise errors.service_unavailable() from None
+        await self._steer(turns_ahead, +1)
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:
@@ -121,14 +131,67 @@ class ResponsesService:
         try:
             previous = await self.storage.responses.get(request.previous_response_id)
         except NotFound:
+            previous = None
+        if previous is None or not previous.doc.get("store", True):
             raise errors.ApiError(404, errors.INVALID_REQUEST,
                                   f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
-                                  code=errors.CODE_NOT_FOUND, param="previous_response_id") from None
-        if not previous.doc.get("store", True):
-            raise errors.ApiError(404, errors.INVALID_REQUEST, "Previous response was not stored.",
                                   code=errors.CODE_NOT_FOUND, param="previous_response_id")
         chain = previous.doc.get("chain_id") or previous.response_id
         return str(chain), previous.response_id
+
+    async def _register_turn(self, chain_id: str, response_id: str, previous: str | None, *,
+                             is_conversation: bool) -> tuple[list[str], str | None]:
+        """Append this turn to its chain (one CAS on the chain row); return the unfinished turns ahead and
+        the chain's previous newest turn (the start of this turn's history).
+
+        S1/S3: with steering off, a busy chain answers 409 ``conversation_locked``. A
+        ``previous_response_id`` that is not the chain's newest turn is a fork (409). A chain named by a
+        response id has no row until its second turn: its root is then the newest and only turn.
+        """
+        chains = self.storage.chains
+        for _ in range(CHAIN_CAS_ATTEMPTS):
+            chain = await chains.get(chain_id)
+            rooted = chain.etag is None and not is_conversation
+            latest = chain.latest_response_id or (chain_id if rooted else None)
+            if previous is not None and latest is not None and latest != previous and await self._exists(latest):
+                raise errors.conflict(
+                    errors.CODE_FORK_NOT_SUPPORTED,
+                    "previous_response_id must be the latest response of its conversation chain; "
+                    "forking a chain is not supported.", param="previous_response_id")
+            candidates = list(chain.open_turns) or ([chain_id] if rooted else [])
+            ahead = [turn for turn in candidates if await self._active(turn)]
+            if ahead and not self.settings.steerable_conversations:
+                raise errors.conflict(errors.CODE_CONVERSATION_LOCKED,
+                                      "Another response is in progress on this conversation; try again when it "
+                                      "completes.", param="previous_response_id" if previous else "conversation")
+            try:
+                await chains.append_turn(chain, response_id, [*ahead, response_id])
+                return ahead, latest
+            except PreconditionFailed:
+                continue  # another turn landed on this chain meanwhile: look again
+        raise errors.service_unavailable()
+
+    async def _active(self, response_id: str) -> bool:
+        try:
+            return (await self.storage.responses.get_control(response_id)).status in ACTIVE_STATUSES
+        except NotFound:
+            return False
+
+    async def _exists(self, response_id: str) -> bool:
+        try:
+            await self.storage.responses.get_control(response_id)
+            return True
+        except NotFound:
+            return False
+
+    async def _steer(self, turns: list[str], delta: int) -> None:
+        """S2: every unfinished turn ahead sees one more (or, on a queued turn's cancel, one fewer) turn
+        waiting behind it; a running phase reads the live count and finishes early."""
+        for turn in turns:
+            try:
+                await self.storage.responses.add_pending_input(turn, delta)
+            except NotFound:
+                continue
 
     async def _fail_unstarted(self, response_id: str) -> None:
         try:
@@ -210,6 +273,7 @@ class ResponsesService:
         if record.status in TERMINAL_STATUSES:
             raise errors.invalid_request(f"Cannot cancel a response that is already {record.status}.",
                                          param="response_id")
+        was_queued = record.status == "queued"
         try:
             record = await self.storage.responses.transition(
                 response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True)
@@ -222,8 +286,16 @@ class ResponsesService:
             await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
         except Exception:
             log.warning("cancel event not delivered (the flag still stops the run)", extra={"response_id": response_id})
+        if was_queued and record.doc.get("chain_id"):
+            await self._steer(await self._turns_ahead(str(record.doc["chain_id"]), response_id), -1)  # S4
         log.info("cancelled", extra={"response_id": response_id})
         return HttpResult(200, await self._response(response_id, record))
+
+    async def _turns_ahead(self, chain_id: str, response_id: str) -> list[str]:
+        chain = await self.storage.chains.get(chain_id)
+        turns = list(chain.open_turns)
+        ahead = turns[: turns.index(response_id)] if response_id in turns else []
+        return [turn for turn in ahead if await self._active(turn)]
 
     # ---------------------------------------------------------------- delete
     async def delete(self, response_id: str) -> HttpResult:

@@ -181,6 +181,10 @@ class StorageClients:
         return table_name(self.prefix, "items")
 
     @property
+    def chains_table_name(self) -> str:
+        return table_name(self.prefix, "chains")
+
+    @property
     def events_container_name(self) -> str:
         return container_name(self.prefix, "events")
 
@@ -197,7 +201,7 @@ class StorageClients:
     @translate_errors
     async def ensure_created(self) -> None:
         """Create the tables and containers if absent (409 = someone else did, which is fine)."""
-        for name in (self.responses_table_name, self.items_table_name):
+        for name in (self.responses_table_name, self.items_table_name, self.chains_table_name):
             with suppress(ResourceExistsError):
                 await self.tables.create_table(name)
         for name in (self.events_container_name, self.spill_container_name):

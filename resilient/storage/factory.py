@@ -13,10 +13,11 @@ from types import TracebackType
 from typing import Self
 
 from resilient.settings import Settings
+from resilient.storage.chains import TableChainStore
 from resilient.storage.connection import RetryConfig, StorageClients
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.items import TableItemStore
-from resilient.storage.ports import EventLog, ItemStore, ResponseStore
+from resilient.storage.ports import ChainStore, EventLog, ItemStore, ResponseStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
 
@@ -30,6 +31,7 @@ class Storage:
     responses: ResponseStore
     items: ItemStore
     events: EventLog
+    chains: ChainStore
     clients: StorageClients = field(repr=False)
 
     async def close(self) -> None:
@@ -52,6 +54,7 @@ def build_storage(clients: StorageClients) -> Storage:
         items=TableItemStore(clients.table(clients.items_table_name), spill),
         events=BlobEventLog(clients.container(clients.events_container_name)),
         clients=clients,
+        chains=TableChainStore(clients.table(clients.chains_table_name)),
     )
 
 

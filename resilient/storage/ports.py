@@ -210,3 +210,27 @@ class EventLog(Protocol):
 
     async def delete(self, response_id: str) -> None:
         ...
+
+
+@dataclass(frozen=True)
+class ChainRecord:
+    """A conversation chain's bookkeeping row: its newest turn and the turns not yet known finished.
+
+    The Durable entity is the lock (who runs); this row is what the HTTP layer serializes new turns on
+    (fork detection, queue position, steering counts) with one ETag compare-and-swap per turn.
+    """
+
+    chain_id: str
+    latest_response_id: str | None
+    open_turns: tuple[str, ...]
+    etag: str | None  # None: the row does not exist yet
+
+
+class ChainStore(Protocol):
+    async def get(self, chain_id: str) -> ChainRecord:
+        """The chain row, or an empty record (etag None) when the chain has no turn yet."""
+        ...
+
+    async def append_turn(self, record: ChainRecord, response_id: str, open_turns: Sequence[str]) -> ChainRecord:
+        """CAS: make ``response_id`` the latest turn and set the open turns; PreconditionFailed if raced."""
+        ...

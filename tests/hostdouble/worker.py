@@ -1,0 +1,295 @@
+"""The worker process of the host double: plays the Python language worker.
+
+``python -m tests.hostdouble.worker --app-dir DIR [--script function_app.py]``
+
+Imports the app's script (default ``function_app.py``) from ``DIR`` exactly once, indexes it the way the
+worker does (``{f.get_function_name(): f for f in app.get_functions()}`` plus each function's bindings),
+then serves on an ephemeral loopback port:
+
+* ``/{path}`` with the ``x-ms-invocation-id`` header: an HTTP-triggered function, invoked like the real
+  worker's HTTP-streaming path (FastAPI ``Request`` with ``path_params`` synced from the host's route
+  params, ``client=<durable client binding JSON string>``), the returned FastAPI response (e.g.
+  ``StreamingResponse``) is served as is, so its ``body_iterator`` streams chunk by chunk.
+* ``POST /_hostdouble/orchestrator|activity|entity``: one orchestrator episode, one activity invocation,
+  one entity batch, with the Durable converters of ``azure-functions`` (``OrchestrationContext``,
+  ``ActivityTriggerConverter.decode/encode``, ``EntityContext``).
+
+When ready it prints one line ``HOSTDOUBLE_WORKER_READY {json}`` (port, pid, function metadata) on stdout.
+It exits when its parent (the host) dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import importlib
+import inspect
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from .protocol import (
+    BINDINGS_HEADER,
+    FUNCTION_HEADER,
+    INVOCATION_HEADER,
+    ROUTE_PARAMS_HEADER,
+    WORKER_READY_PREFIX,
+)
+
+_PRIVATE_HEADERS = {FUNCTION_HEADER.encode(), ROUTE_PARAMS_HEADER.encode(), BINDINGS_HEADER.encode()}
+
+log = logging.getLogger("hostdouble.worker")
+
+
+@dataclass
+class FunctionInfo:
+    """What the host needs to know about one indexed function (sent in the ready line)."""
+
+    name: str
+    trigger: str
+    trigger_param: str
+    durable_name: str | None = None
+    route: str | None = None
+    methods: list[str] | None = None
+    auth_level: str | None = None
+    client_params: list[str] = field(default_factory=list)
+    is_async: bool = False
+    func: Any = None
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "trigger": self.trigger, "trigger_param": self.trigger_param,
+            "durable_name": self.durable_name, "route": self.route, "methods": self.methods,
+            "auth_level": self.auth_level, "client_params": self.client_params, "is_async": self.is_async,
+        }
+
+
+class InvocationContext:
+    """Stand-in for ``azure.functions.Context`` for user functions that declare a ``context`` parameter."""
+
+    def __init__(self, invocation_id: str, function_name: str, directory: str) -> None:
+        self.invocation_id = invocation_id
+        self.function_name = function_name
+        self.function_directory = directory
+        self.trace_context = None
+        self.retry_context = None
+        self.thread_local_storage = threading.local()
+
+
+def index_app(app_dir: str, script: str) -> list[FunctionInfo]:
+    """Import the script and index its functions like the worker (``FunctionRegister.get_functions``)."""
+    from azure.functions import FunctionRegister
+
+    if app_dir not in sys.path:
+        sys.path.insert(0, app_dir)
+    module = importlib.import_module(Path(script).stem)
+    # Same rule as azure_functions_runtime.loader.index_function_app: exactly one top-level attribute.
+    apps = [getattr(module, n) for n in dir(module) if isinstance(getattr(module, n, None), FunctionRegister)]
+    if len(apps) > 1:
+        raise ValueError(f"More than one {type(apps[0]).__name__} or other top level function app instances "
+                         "are defined.")
+    if not apps:
+        raise ValueError(f"Could not find top level function app instances in {script}.")
+    functions = [_describe(f) for f in apps[0].get_functions()]
+    names = [f.name for f in functions]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise RuntimeError(f"duplicate function names: {sorted(duplicates)}")
+    return functions
+
+
+def _describe(f: Any) -> FunctionInfo:
+    bindings = [json.loads(b) for b in f.get_raw_bindings()]
+    trigger = next((b for b in bindings if b["type"].lower().endswith("trigger")), None)
+    if trigger is None:
+        raise RuntimeError(f"function {f.get_function_name()} has no trigger")
+    user = f.get_user_function()
+    info = FunctionInfo(
+        name=f.get_function_name(), trigger=trigger["type"], trigger_param=trigger["name"], func=user,
+        is_async=inspect.iscoroutinefunction(user),
+        client_params=[b["name"] for b in bindings if b["type"] == "durableClient"],
+    )
+    if trigger["type"] == "httpTrigger":
+        info.route = trigger.get("route") or info.name
+        info.methods = trigger.get("methods")
+        info.auth_level = trigger.get("authLevel")
+    elif trigger["type"] == "orchestrationTrigger":
+        info.durable_name = trigger.get("orchestration") or info.name
+    elif trigger["type"] == "activityTrigger":
+        info.durable_name = trigger.get("activity") or info.name
+    elif trigger["type"] == "entityTrigger":
+        info.durable_name = (trigger.get("entityName") or info.name).lower()
+    return info
+
+
+def _wants_context(func: Any, bound: dict[str, Any]) -> bool:
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return "context" in params and "context" not in bound
+
+
+async def _call(info: FunctionInfo, kwargs: dict[str, Any], invocation_id: str, app_dir: str) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    if _wants_context(info.func, kwargs):
+        kwargs["context"] = InvocationContext(invocation_id, info.name, app_dir)
+    if info.is_async:
+        return await info.func(**kwargs)
+    result = await run_in_threadpool(info.func, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
+    from azure.functions import meta
+    from azure.functions.durable_functions import (
+        ActivityTriggerConverter,
+        EnitityTriggerConverter,
+        OrchestrationTriggerConverter,
+    )
+    from starlette.concurrency import run_in_threadpool
+
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+    def lookup(name: str, trigger: str) -> FunctionInfo:
+        info = functions.get(name)
+        if info is None or info.trigger != trigger:
+            raise KeyError(f"no {trigger} function named {name!r}")
+        return info
+
+    @app.get("/_hostdouble/health")
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "pid": os.getpid()}
+
+    @app.post("/_hostdouble/orchestrator")
+    async def orchestrator(request: Request) -> JSONResponse:
+        body = await request.json()
+        try:
+            info = lookup(body["function"], "orchestrationTrigger")
+            ctx = OrchestrationTriggerConverter.decode(meta.Datum(body["context"], "json"), trigger_metadata=None)
+            result = await run_in_threadpool(info.func, **{info.trigger_param: ctx})
+            return JSONResponse({"ok": True, "result": result})
+        except Exception as exc:  # the SDK reports orchestrator failures as exceptions
+            return JSONResponse({"ok": False, "error": str(exc) or type(exc).__name__})
+
+    @app.post("/_hostdouble/activity")
+    async def activity(request: Request) -> JSONResponse:
+        body = await request.json()
+        try:
+            info = lookup(body["function"], "activityTrigger")
+            raw = body.get("input")
+            value = ActivityTriggerConverter.decode(
+                meta.Datum("null" if raw is None else raw, "json"), trigger_metadata=None)
+            kwargs = {info.trigger_param: value, **body.get("bindings", {})}
+            result = await _call(info, kwargs, body.get("invocation_id", ""), app_dir)
+            encoded = ActivityTriggerConverter.encode(result, expected_type=None).value
+            return JSONResponse({"ok": True, "result": encoded})
+        except Exception as exc:
+            return JSONResponse({"ok": False, "reason": f"{type(exc).__name__}: {exc}",
+                                 "details": traceback.format_exc()})
+
+    @app.post("/_hostdouble/entity")
+    async def entity(request: Request) -> JSONResponse:
+        body = await request.json()
+        try:
+            info = lookup(body["function"], "entityTrigger")
+            ctx = EnitityTriggerConverter.decode(meta.Datum(body["context"], "json"), trigger_metadata=None)
+            result = await run_in_threadpool(info.func, **{info.trigger_param: ctx})
+            return JSONResponse({"ok": True, "result": result})
+        except Exception as exc:
+            return JSONResponse({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"])
+    async def catch_all(request: Request):  # type: ignore[no-untyped-def]
+        headers = request.headers
+        name = headers.get(FUNCTION_HEADER)
+        invocation_id = headers.get(INVOCATION_HEADER)
+        if name is None or invocation_id is None:
+            return JSONResponse({"error": "missing invocation headers"}, status_code=400)
+        info = lookup(name, "httpTrigger")
+        route_params = json.loads(headers.get(ROUTE_PARAMS_HEADER, "{}"))
+        bindings = json.loads(headers.get(BINDINGS_HEADER, "{}"))
+        # What the user sees: the proxied request without the double's private headers.
+        request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k not in _PRIVATE_HEADERS]
+        request.__dict__.pop("_headers", None)
+        # RequestSynchronizer.sync_route_params of azurefunctions-extensions-http-fastapi
+        request.path_params.clear()
+        request.path_params.update(route_params)
+        kwargs = {info.trigger_param: request, **bindings}
+        return await _call(info, kwargs, invocation_id, app_dir)
+
+    return app
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when the host dies (Linux), plus a polling fallback."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+async def serve(app_dir: str, script: str) -> None:
+    import uvicorn
+
+    functions = {f.name: f for f in index_app(app_dir, script)}
+    app = build_app(functions, app_dir)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # Keep idle connections longer than the host's pool does, so the host never reuses a closing one.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            timeout_keep_alive=120, timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("worker HTTP server stopped during startup")
+        await asyncio.sleep(0.01)
+    ready = {"port": port, "pid": os.getpid(), "functions": [f.meta() for f in functions.values()]}
+    print(WORKER_READY_PREFIX + json.dumps(ready), flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.hostdouble.worker")
+    parser.add_argument("--app-dir", required=True)
+    parser.add_argument("--script", default=os.environ.get("PYTHON_SCRIPT_FILE_NAME", "function_app.py"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _die_with_parent()
+    app_dir = str(Path(args.app_dir).resolve())
+    os.chdir(app_dir)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(app_dir, args.script))
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,9 @@ import azure.durable_functions as df
 from resilient.agents.research import ResearchAgent
 from resilient.functions.durable import durable_blueprint
 from resilient.functions.http import http_blueprint
+from resilient.functions.maintenance import maintenance_blueprint
 
 app = df.DFApp()
 app.register_functions(durable_blueprint(ResearchAgent))
 app.register_functions(http_blueprint())
+app.register_functions(maintenance_blueprint())

@@ -94,6 +94,10 @@ class ResponseStore(Protocol):
         """Idempotent delete (absent is fine)."""
         ...
 
+    async def list_finished_before(self, cutoff_epoch_seconds: float, limit: int) -> list[str]:
+        """Ids of terminal responses last modified before ``cutoff`` (for retention clean-up)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ItemPage:

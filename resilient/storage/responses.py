@@ -12,6 +12,7 @@ so a write that does not change the document does not have to re-send (or re-spi
 from __future__ import annotations
 
 from contextlib import suppress
+from datetime import UTC, datetime
 from typing import Any
 
 from azure.core import MatchConditions
@@ -22,7 +23,7 @@ from azure.data.tables.aio import TableClient
 from resilient.ids import validate_id
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
-from resilient.storage.ports import Control, JsonDict, ResponseRecord
+from resilient.storage.ports import TERMINAL_STATUSES, Control, JsonDict, ResponseRecord
 from resilient.storage.spill import JsonSpill
 
 ROW_KEY = "r"
@@ -169,6 +170,22 @@ class TableResponseStore:
         raise PreconditionFailed(f"response {rid!r}: pending input update kept losing the CAS")
 
     @translate_errors
+    @translate_errors
+    async def list_finished_before(self, cutoff_epoch_seconds: float, limit: int) -> list[str]:
+        """One filtered query on the row's own ``Timestamp`` (last write = the terminal transition)."""
+        cutoff = datetime.fromtimestamp(cutoff_epoch_seconds, tz=UTC)
+        statuses = " or ".join(f"status eq '{s}'" for s in sorted(TERMINAL_STATUSES))
+        query = f"RowKey eq '{ROW_KEY}' and Timestamp lt @cutoff and ({statuses})"
+        found: list[str] = []
+        self.storage_calls += 1
+        pager = self._table.query_entities(query, parameters={"cutoff": cutoff}, select=["PartitionKey"],
+                                           results_per_page=min(limit, 1000))
+        async for entity in pager:
+            found.append(str(entity["PartitionKey"]))
+            if len(found) >= limit:
+                break
+        return found
+
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
         self.storage_calls += 1

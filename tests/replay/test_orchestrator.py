@@ -22,9 +22,9 @@ RID = "resp_replaytest"
 
 @pytest.fixture(scope="module")
 def handle() -> Any:
-    from function_app import app
+    from tests.fresh_app import fresh_app
 
-    return orchestrator_handle(app, "responses_orchestrator")
+    return orchestrator_handle(fresh_app(), "responses_orchestrator")
 
 
 def _activity(action: dict[str, Any]) -> tuple[str, Any]:

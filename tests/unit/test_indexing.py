@@ -113,4 +113,10 @@ def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
     expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "plan_response", "run_phase",
                                    "finalize_response", "mark_queued", "wake_next_turn", "chain_lock",
                                    "__http_v2__"}
-    assert set(indexed) - {"cleanup_expired"} == expected
+    assert set(indexed) == expected | {"cleanup_expired"}
+
+
+def test_retention_cleanup_is_a_timer_with_a_durable_client(indexed: dict[str, dict[str, Any]]) -> None:
+    (timer,) = _by_type(indexed["cleanup_expired"], "timerTrigger")
+    assert timer["schedule"] == "0 */15 * * * *" and timer["name"] == "timer"
+    assert _by_type(indexed["cleanup_expired"], "durableClient")[0]["name"] == "client"

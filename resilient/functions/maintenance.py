@@ -1,0 +1,34 @@
+"""Maintenance bindings: the timer-triggered retention clean-up."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import azure.durable_functions as df
+import azure.functions as func
+
+from resilient.engine.retention import purge_expired
+from resilient.functions import runtime
+
+log = logging.getLogger("resilient.retention")
+
+CLEANUP_SCHEDULE = "0 */15 * * * *"  # every 15 minutes (NCRONTAB with seconds)
+
+
+def maintenance_blueprint() -> df.Blueprint:
+    bp = df.Blueprint()
+
+    @bp.timer_trigger(schedule=CLEANUP_SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
+    @bp.durable_client_input(client_name="client")
+    async def cleanup_expired(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+        engine = await runtime.engine()
+
+        async def purge_history(instance_id: str) -> None:
+            await client.purge_instance_history(instance_id)
+
+        purged = await purge_expired(engine.storage, retention_minutes=engine.settings.replay_retention_minutes,
+                                     now_epoch_seconds=time.time(), purge_history=purge_history)
+        log.info("cleanup_expired ran", extra={"purged": len(purged), "past_due": timer.past_due})
+
+    return bp

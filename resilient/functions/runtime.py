@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from resilient import logs
 from resilient.agents.base import Agent
 from resilient.engine.activities import Engine
 from resilient.settings import Settings
@@ -23,9 +24,10 @@ _lock = asyncio.Lock()
 
 
 def configure(agent_factory: AgentFactory) -> None:
-    """Called by the blueprint factory: which agent this app runs."""
+    """Called by the blueprint factory: which agent this app runs. Also turns on log context."""
     global _agent_factory
     _agent_factory = agent_factory
+    logs.install()
 
 
 async def storage() -> Storage:

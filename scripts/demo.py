@@ -58,15 +58,13 @@ def start(events: int) -> None:
         model="research", input="How do durable orchestrations survive crashes?", background=True, stream=True,
         metadata={"research_phases": "4", "words_per_phase": "60", "delta_delay_ms": "150"},
     )
-    seen = 0
     response_id = ""
     last_seq = -1
-    for event in stream:
+    for seen, event in enumerate(stream, start=1):
         _show(event)
         if event.type == "response.created":
             response_id = event.response.id
         last_seq = event.sequence_number
-        seen += 1
         if seen >= events:
             break
     stream.close()

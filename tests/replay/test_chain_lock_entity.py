@@ -1,0 +1,121 @@
+"""The chain-lock entity, driven through the REAL SDK entity handle with the host's batch JSON protocol.
+
+The host sends ``{"self": {name, key}, "exists", "state": <json text|null>, "batch": [{"name", "input"}]}``
+(operation inputs JSON-encoded twice) and gets back ``{"entityExists", "entityState", "results", ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from resilient.engine import chainlock
+from tests.fresh_app import fresh_app
+
+
+@pytest.fixture(scope="module")
+def handle() -> Any:
+    functions = {f.get_function_name(): f for f in fresh_app().get_functions()}
+    return functions["chain_lock"].get_user_function()
+
+
+class Lock:
+    """Plays the Durable host for one entity instance: keeps its state between batches."""
+
+    def __init__(self, handle: Any, key: str = "conv_x") -> None:
+        self.handle, self.key, self.state, self.exists = handle, key, None, False
+
+    def run(self, *operations: tuple[str, Any]) -> list[Any]:
+        batch = [{"name": op, "input": json.dumps(json.dumps(payload))} for op, payload in operations]
+        context = {"self": {"name": "chain_lock", "key": self.key}, "exists": self.exists,
+                   "state": self.state, "batch": batch}
+        out = json.loads(self.handle(json.dumps(context)))
+        self.exists, self.state = out["entityExists"], out["entityState"]
+        results = []
+        for result in out["results"]:
+            assert not result["isError"], result
+            results.append(json.loads(result["result"]))
+        return results
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(json.loads(self.state)) if self.state else {}
+
+
+def _rid(name: str) -> dict[str, str]:
+    return {"response_id": name}
+
+
+def test_acquire_grants_then_queues_in_order(handle: Any) -> None:
+    lock = Lock(handle)
+    a, b, c = lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")), ("acquire", _rid("resp_c")))
+    assert a == {"state": "granted"}
+    assert b == {"state": "queued", "position": 1, "active": "resp_a"}
+    assert c["state"] == "queued" and c["position"] == 2
+    assert lock.snapshot() == {"active": "resp_a", "queue": ["resp_b", "resp_c"]}
+
+
+def test_acquire_is_idempotent_for_a_replayed_call(handle: Any) -> None:
+    lock = Lock(handle)
+    lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")))
+    again = lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")))
+    assert again == [{"state": "granted"}, {"state": "queued", "position": 1, "active": "resp_a"}]
+    assert lock.snapshot()["queue"] == ["resp_b"]
+
+
+def test_release_hands_over_in_fifo_order(handle: Any) -> None:
+    lock = Lock(handle)
+    lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")), ("acquire", _rid("resp_c")))
+    (released,) = lock.run(("release", _rid("resp_a")))
+    assert released == {"released": True, "next": "resp_b"}
+    assert lock.snapshot() == {"active": "resp_b", "queue": ["resp_c"]}
+    assert lock.run(("release", _rid("resp_b")), ("release", _rid("resp_c"))) == [
+        {"released": True, "next": "resp_c"}, {"released": True, "next": None}]
+    assert lock.snapshot() == {"active": None, "queue": []}
+
+
+def test_duplicate_release_and_release_by_non_owner_are_no_ops(handle: Any) -> None:
+    lock = Lock(handle)
+    lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")))
+    first, duplicate = lock.run(("release", _rid("resp_a")), ("release", _rid("resp_a")))
+    assert first == {"released": True, "next": "resp_b"}
+    assert duplicate == {"released": False, "next": None}
+    (stranger,) = lock.run(("release", _rid("resp_zzz")))
+    assert stranger == {"released": False, "next": None}
+    assert lock.snapshot() == {"active": "resp_b", "queue": []}
+
+
+def test_remove_leaves_the_queue_without_touching_the_owner(handle: Any) -> None:
+    lock = Lock(handle)
+    lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")), ("acquire", _rid("resp_c")))
+    (removed,) = lock.run(("remove", _rid("resp_b")))
+    assert removed == {"removed": True, "next": None}
+    assert lock.snapshot() == {"active": "resp_a", "queue": ["resp_c"]}
+    assert lock.run(("remove", _rid("resp_b"))) == [{"removed": False, "next": None}]
+
+
+def test_remove_after_the_grant_raced_it_passes_the_lock_on(handle: Any) -> None:
+    """A queued turn is cancelled just as the lock was handed to it: the lock must not leak."""
+    lock = Lock(handle)
+    lock.run(("acquire", _rid("resp_a")), ("acquire", _rid("resp_b")), ("acquire", _rid("resp_c")))
+    lock.run(("release", _rid("resp_a")))  # the grant goes to resp_b…
+    (removed,) = lock.run(("remove", _rid("resp_b")))  # …which was cancelled meanwhile
+    assert removed == {"released": True, "next": "resp_c"}
+    assert lock.snapshot() == {"active": "resp_c", "queue": []}
+
+
+def test_bad_input_is_answered_not_raised(handle: Any) -> None:
+    lock = Lock(handle)
+    assert lock.run(("acquire", {"nope": 1})) == [{"error": "response_id required"}]
+    assert lock.run(("explode", _rid("resp_a"))) == [{"error": "unknown operation 'explode'"}]
+    assert lock.run(("get", None)) == [{"active": None, "queue": []}]
+
+
+def test_state_survives_between_batches_like_the_host_persists_it(handle: Any) -> None:
+    lock = Lock(handle)
+    lock.run(("acquire", _rid("resp_a")))
+    restored = Lock(handle)
+    restored.state, restored.exists = lock.state, lock.exists
+    assert restored.run(("acquire", _rid("resp_b"))) == [{"state": "queued", "position": 1, "active": "resp_a"}]
+    assert chainlock.coerce_state(json.loads(restored.state or "null")) == {"active": "resp_a", "queue": ["resp_b"]}

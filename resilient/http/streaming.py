@@ -8,7 +8,6 @@ back to a short interval as soon as events flow.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,6 +16,7 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
 from resilient.storage.errors import NotFound, StorageUnavailable
 from resilient.storage.ports import EventLog, ReadCursor, ReadResult
+from resilient.storage.signals import APPENDS
 
 log = logging.getLogger("resilient.http")
 
@@ -88,5 +88,5 @@ async def tail_events(
         if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
             yield KEEPALIVE
             last_output = time.monotonic()
-        await asyncio.sleep(delay)
+        await APPENDS.wait(response_id, delay)  # an append in this process wakes us at once
         delay = min(poll_max, delay * 2)

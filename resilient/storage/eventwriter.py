@@ -32,6 +32,7 @@ from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
 from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
 from resilient.storage.ports import JsonDict
+from resilient.storage.signals import APPENDS
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class BlobEventWriter:
             self._blocks_since_index += 1
             if self._blocks_since_index >= self._limits.index_every:
                 await self._add_index_record(block.first_seq, self._pos.segment, offset)
+        if blocks:
+            APPENDS.publish(self._rid)  # wake co-located readers now rather than at their next poll
         return self._pos.next_seq - 1
 
     def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:

@@ -259,7 +259,9 @@ async def serve(app_dir: str, script: str) -> None:
 
     functions = {f.name: f for f in index_app(app_dir, script)}
     app = build_app(functions, app_dir)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (it checks sock.proto): without
+    # it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -270,7 +270,10 @@ class Engine:
         storage = self.storage
         output = await storage.items.list_output_items(response_id)
         wanted = str(outcome.get("status", "completed"))
-        record = await storage.responses.get(response_id)
+        try:
+            record = await storage.responses.get(response_id)
+        except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
+            return {"status": "gone"}
         changes: JsonDict = {
             "completed_at": int(time.time()),
             "usage": usage_for(self._input_tokens(record), sum(estimate_tokens(text_of(i)) for i in output)),

@@ -115,7 +115,10 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
     except Exception as exc:  # an activity failed after its retries
         outcome = _failure(f"phase failed: {exc}")
 
-    final = yield from _finalize(context, response_id, outcome)
+    try:
+        final = yield from _finalize(context, response_id, outcome)
+    except Exception as exc:  # storage gone for minutes: still hand the chain on, never leak the lock
+        final = {"status": "unfinalized", "error": str(exc)[:300]}
     if holds_lock and lock is not None:
         released = yield context.call_entity(lock, "release", {"response_id": response_id})
         yield from _wake(context, released)

@@ -242,3 +242,16 @@ def test_lock_is_released_even_when_the_run_fails(handle: Any) -> None:
     names = _names(episode.actions)
     assert names[-3:] == ["finalize_response", "entity:release", "wake_next_turn"]
     assert _activity(episode.actions[names.index("finalize_response")])[1]["status"] == "failed"
+
+
+def test_lock_is_released_even_when_finalize_keeps_failing(handle: Any) -> None:
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "finalize_response":
+            return ("fail", "storage down")
+        return _locked({"state": "granted"})(kind, action, position)
+
+    episode = drive(Replay(handle, {"response_id": RID, "chain_id": "conv_chain"}), respond)
+    names = _names(episode.actions)
+    assert names.count("finalize_response") == 6
+    assert names[-2:] == ["entity:release", "wake_next_turn"]
+    assert episode.is_done and episode.output["status"] == "unfinalized"

@@ -31,7 +31,14 @@ from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound
 from resilient.storage.factory import Storage
-from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, EventWriter, JsonDict, ResponseRecord
+from resilient.storage.ports import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    Control,
+    EventWriter,
+    JsonDict,
+    ResponseRecord,
+)
 
 log = logging.getLogger("resilient.engine")
 
@@ -143,31 +150,29 @@ class Engine:
     async def run_phase(self, response_id: str, index: int) -> JsonDict:
         """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
         storage = self.storage
-        record = await storage.responses.get(response_id)
-        existing = await storage.items.get_output_item(response_id, index)
-        control = await storage.responses.get_control(response_id)
-        if existing is not None:
-            # Re-delivery of a phase that already finished: return the checkpoint, stream nothing.
-            return self._summary(index, existing, control.cancel_requested, control.pending_input_count,
-                                 stopped=existing.get("status") == "incomplete")
-        if record.status in TERMINAL_STATUSES or control.cancel_requested:
-            return {"index": index, "stop": "cancelled"}
-        if control.pending_input_count > 0:
-            return {"index": index, "stop": "steered"}
+        record = await storage.responses.get(response_id)  # carries the control columns too
+        control = Control(record.status, record.cancel_requested, record.pending_input_count)
 
         plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
         if not 0 <= index < len(plan):
             raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
         item_id = new_message_id()
-        for _ in range(OPEN_ATTEMPTS):
+        for attempt in range(OPEN_ATTEMPTS):
             # Claim the end of the log. Losing this first append means a zombie copy of this activity
             # appended since we looked; look again (it may even have finished the phase) and retry.
             # Once our append lands, the zombie's next append is refused and it stops.
-            existing = await storage.items.get_output_item(response_id, index)
-            if existing is not None:
+            # One read gives both the checkpoint of this phase (a re-delivery of a finished phase returns
+            # it and streams nothing) and the items before it (the snapshot of a recovery reset).
+            checkpoints = await storage.items.list_output_items(response_id)
+            if len(checkpoints) > index:
+                existing = checkpoints[index]
                 return self._summary(index, existing, control.cancel_requested, control.pending_input_count,
                                      stopped=existing.get("status") == "incomplete")
-            previous = (await storage.items.list_output_items(response_id))[:index]
+            if attempt == 0 and (record.status in TERMINAL_STATUSES or control.cancel_requested):
+                return {"index": index, "stop": "cancelled"}
+            if attempt == 0 and control.pending_input_count > 0:
+                return {"index": index, "stop": "steered"}
+            previous = checkpoints[:index]
             writer = await storage.events.open_writer(response_id)  # last: keep the race window small
             recovery = not _boundary(writer.last_event, index)
             opening: list[JsonDict] = []

@@ -60,6 +60,12 @@ def _failure(message: str) -> dict[str, Any]:
     return {"status": "failed", "error": {"code": "server_error", "message": message[:500]}}
 
 
+def _reason(exc: Exception) -> str:
+    """The reason line of an activity failure. Durable builds the exception as ``"<reason> \\n <details>"``
+    and the details are the worker's traceback: it must not reach clients in ``error.message``."""
+    return str(exc).split("\n", 1)[0].strip() or type(exc).__name__
+
+
 def _outcome_of_stop(stop: dict[str, Any]) -> dict[str, Any]:
     reason = stop.get("stop")
     if reason == "cancelled":
@@ -113,7 +119,7 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
                     outcome = _outcome_of_stop(result)
                     break
     except Exception as exc:  # an activity failed after its retries
-        outcome = _failure(f"phase failed: {exc}")
+        outcome = _failure(f"phase failed: {_reason(exc)}")
 
     try:
         final = yield from _finalize(context, response_id, outcome)

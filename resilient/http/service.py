@@ -6,15 +6,16 @@ the tiny :class:`DurableRuntime` port, so the same logic runs under ``func start
 unit tests.
 
 Ordering rules that make crashes harmless:
-* create: input items → response row → event log with ``response.created`` → start the orchestration.
-  A crash before the start leaves a ``queued`` row that nothing runs; the client got no 2xx, so it
-  retries and gets a new response (ids are never reused).
+* create: input items, response row and event log (``response.created``) are written together, then the
+  orchestration starts. A crash before the start leaves a ``queued`` row that nothing runs; the client got
+  no 2xx, so it retries and gets a new response (ids are never reused).
 * every event a client sees is read back from the event log (R1), so a live stream and a replay are the
   same bytes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -104,9 +105,14 @@ class ResponsesService:
             "previous_turn": previous_turn,
             "input_chars": sum(len(text_of(i)) for i in items),
         }
-        await self.storage.items.put_input_items(response_id, items)
-        record = await self.storage.responses.create(response_id, "queued", doc)
-        await self.storage.events.create(response_id, [ev.response_created(response_object(record, []))])
+        # Independent writes, issued together: nothing runs the response until the orchestration starts,
+        # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
+        draft = ResponseRecord(response_id, "queued", doc, etag="")
+        _, record, _ = await asyncio.gather(
+            self.storage.items.put_input_items(response_id, items),
+            self.storage.responses.create(response_id, "queued", doc),
+            self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
+        )
         try:
             await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
         except Exception:

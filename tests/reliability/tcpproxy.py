@@ -52,8 +52,9 @@ class TcpProxy:
         self._conns: set[asyncio.StreamWriter] = set()
         self._resume_at: asyncio.TimerHandle | None = None
         self.refusing = False
+        self.log: list[tuple[float, str]] = []  # (monotonic time, what the proxy did), for reports
 
-    # ------------------------------------------------------------------------------------------- lifecycle
+    # ---------------------------------------------------------------------------------------- lifecycle
     def start(self) -> TcpProxy:
         self._thread.start()
         self._call(self._listen())
@@ -121,20 +122,24 @@ class TcpProxy:
             self._resume_at.cancel()
         await self._close_listeners()
         await self._drop_all()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     async def _close_listeners(self) -> None:
+        """Close the listening sockets now. Not ``wait_closed()``: since Python 3.12.1 it also waits for
+        every open connection to end, and connections are dropped (or kept) separately."""
         servers, self._servers = list(self._servers.values()), {}
         for server in servers:
             server.close()
-        for server in servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 1.0)
 
     async def _refuse(self, seconds: float | None) -> None:
         if self._resume_at is not None:
             self._resume_at.cancel()
             self._resume_at = None
         self.refusing = True
+        self.log.append((time.monotonic(), "refuse"))
         await self._close_listeners()
         if seconds is not None:
             self._resume_at = self._loop.call_later(seconds, lambda: self._loop.create_task(self._resume()))
@@ -144,6 +149,7 @@ class TcpProxy:
             self._resume_at.cancel()
             self._resume_at = None
         await self._listen()
+        self.log.append((time.monotonic(), "resume"))
 
     async def _drop_all(self) -> int:
         conns, self._conns = list(self._conns), set()
@@ -152,6 +158,7 @@ class TcpProxy:
             if not transport.is_closing():
                 transport.abort()
         self.drops += 1
+        self.log.append((time.monotonic(), f"drop {len(conns) // 2}"))
         return len(conns) // 2
 
     async def _serve(self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -1,0 +1,310 @@
+"""Reliability fixtures and the crash-scenario driver shared by the tests and ``bench/crash_matrix.py``.
+
+One host double for the whole package, with ``AzureWebJobsStorage`` pointing through a loopback
+:class:`~tests.reliability.tcpproxy.TcpProxy` in front of Azurite: the crash tests only forward through it
+(or slow it down to widen a window), the storage-fault tests cut it.
+
+The driver (:func:`crash_run`) streams one background response of the offline research agent with the
+official ``openai`` client (strict validation, no automatic retries), kills the worker right after chosen
+events, reconnects with ``starting_after=<last seen>`` and reads to the terminal event; :func:`check_run`
+then returns every broken promise (CONTRACT R2-R4) as a list of strings, so the tests assert it is empty
+and the bench counts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.hostdouble.api import HostDouble
+from tests.reliability.tcpproxy import TcpProxy
+from tests.scenario.conftest import ROOT, knobs, rebuild
+
+AZURITE_PORTS = {"blob": 10000, "queue": 10001, "table": 10002}
+QUESTION = "Survive the crash matrix"
+PHASES, WORDS, DELAY_MS = 3, 6, 60  # 36 events; a 60 ms delta pace flushes every delta on its own
+MAX_EVENTS = 1000  # no run of these tests comes close; bounds every read loop
+READ_TIMEOUT_S = 30.0
+RUN_DEADLINE_S = 90.0
+TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+Stop = Callable[[Any, list[Any]], bool]
+
+
+# ----------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="session")
+def storage_proxy() -> Iterator[TcpProxy]:
+    with TcpProxy(AZURITE_PORTS) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="session")
+def double(storage_proxy: TcpProxy) -> Iterator[HostDouble]:
+    with HostDouble(ROOT, env=double_env(storage_proxy.azurite_connection_string()), settings=None) as running:
+        yield running
+
+
+@pytest.fixture()
+def proxy(storage_proxy: TcpProxy) -> Iterator[TcpProxy]:
+    """The storage proxy, guaranteed forwarding at full speed again after the test (whatever it did)."""
+    storage_proxy.latency = 0.0
+    yield storage_proxy
+    storage_proxy.latency = 0.0
+    storage_proxy.resume()
+
+
+@pytest.fixture(scope="session")
+def client(double: HostDouble) -> OpenAI:
+    return make_client(double.base_url)
+
+
+@pytest.fixture(scope="session")
+def clean(client: OpenAI) -> list[Any]:
+    """The events of a fault-free run of the standard crash-test request."""
+    return clean_run(client)
+
+
+def double_env(storage: str) -> dict[str, str]:
+    return {
+        "AzureWebJobsStorage": storage,
+        "RESILIENT_STORAGE_PREFIX": "r" + secrets.token_hex(4),
+        "RESILIENT_AGENT_DELTA_DELAY_MS": "0",
+        "RESILIENT_ENABLE_CRASH_ENDPOINT": "true",
+        "RESILIENT_STEERABLE_CONVERSATIONS": "true",
+    }
+
+
+def default_storage() -> str:
+    return os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+
+
+def make_client(base_url: str) -> OpenAI:
+    return OpenAI(base_url=base_url, api_key="x", max_retries=0, _strict_response_validation=True,
+                  timeout=READ_TIMEOUT_S)
+
+
+# ------------------------------------------------------------------------------------------------- reading
+def read_events(stream: Any, stop: Stop | None = None, limit: int = MAX_EVENTS) -> tuple[list[Any], bool]:
+    """Iterate ``stream`` until ``stop(event, seen)``, the terminal event, its end, or a transport error.
+    Returns (events, broken) where broken tells that the stream failed before its end."""
+    seen: list[Any] = []
+    try:
+        for event in stream:
+            seen.append(event)
+            if (stop is not None and stop(event, seen)) or event.type in TERMINAL or len(seen) >= limit:
+                break
+    except Exception:  # the worker died under the stream (openai/httpx2 transport errors): expected here
+        return seen, True
+    return seen, False
+
+
+def follow(client: OpenAI, response_id: str, after: int, *, deadline_s: float = RUN_DEADLINE_S,
+           stop: Stop | None = None, attempts: int = 40) -> tuple[list[Any], list[str]]:
+    """Reconnect with ``starting_after`` (again after every failure, bounded) until the terminal event
+    (or ``stop``). Returns the events and a note per failed attempt (``"503"``, ``"APIConnectionError"``…)."""
+    events: list[Any] = []
+    notes: list[str] = []
+    deadline = time.monotonic() + deadline_s
+    for _ in range(attempts):
+        if time.monotonic() > deadline:
+            break
+        last = events[-1].sequence_number if events else after
+        so_far = list(events)
+
+        def stop_here(event: Any, seen: list[Any], so_far: list[Any] = so_far) -> bool:
+            return stop is not None and stop(event, so_far + seen)
+
+        try:
+            with client.responses.retrieve(response_id, stream=True, starting_after=last) as stream:
+                more, broken = read_events(stream, stop=stop_here)
+        except openai.APIStatusError as error:
+            notes.append(str(error.status_code))
+            time.sleep(min(2.0, float(error.response.headers.get("retry-after", "1") or 1)))
+            continue
+        except Exception as error:  # connection refused/reset while the worker restarts
+            notes.append(type(error).__name__)
+            time.sleep(0.2)
+            continue
+        events += more
+        if events and (events[-1].type in TERMINAL or (stop is not None and stop(events[-1], events))):
+            return events, notes
+        notes.append("broken" if broken else "ended-early")
+        time.sleep(0.1)
+    return events, notes
+
+
+def clean_run(client: OpenAI) -> list[Any]:
+    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
+                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
+    with stream:
+        events, broken = read_events(stream)
+    assert not broken and events and events[-1].type == "response.completed", "fault-free run did not complete"
+    return events
+
+
+def texts(output: list[Any]) -> list[str]:
+    return [o.content[0].text if o.content else "" for o in output]
+
+
+# -------------------------------------------------------------------------------------------------- crashes
+def kill(double: HostDouble, how: str = "sigkill") -> None:
+    """Kill the worker (SIGKILL from outside, or the app's own ``POST /ops/crash``) and wait for the new one."""
+    before = double.stats()["worker_restarts"]
+    if how == "sigkill":
+        double.kill_worker()
+    else:
+        with contextlib.suppress(httpx.HTTPError):  # the worker dies while answering: that is the point
+            httpx.post(f"{double.base_url}/ops/crash", timeout=10)
+    double.wait_for_worker_restarts(before + 1, timeout=60)
+
+
+def at_seq(k: int) -> Stop:
+    return lambda event, seen: event.sequence_number >= k
+
+
+@dataclass
+class CrashRun:
+    response_id: str
+    events: list[Any]
+    crashes: int
+    stats_before: dict[str, Any]
+    stats_after: dict[str, Any]
+    kill_after: list[int] = field(default_factory=list)  # last sequence number seen before each kill
+    notes: list[str] = field(default_factory=list)
+    orchestration: str | None = None  # the Durable runtimeStatus once the run ended
+
+    def delta(self, counter: str, name: str) -> int:
+        return int(self.stats_after[counter].get(name, 0)) - int(self.stats_before[counter].get(name, 0))
+
+
+def crash_run(client: OpenAI, double: HostDouble, stops: list[Stop], how: list[str] | None = None) -> CrashRun:
+    """Start the standard run; for each ``stop`` read until it holds (first on the live stream, then on a
+    reconnect), kill the worker, and finally read to the terminal event."""
+    how = how or ["sigkill"] * len(stops)
+    before = double.stats()
+    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
+                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
+    kill_after: list[int] = []
+    notes: list[str] = []
+    with stream:
+        events, broken = read_events(stream, stops[0] if stops else None)
+        if not events:
+            raise AssertionError("no event before the first kill")
+        response_id = events[0].response.id
+        if broken:
+            notes.append("live stream broke before the first kill")
+        if stops:
+            kill_after.append(events[-1].sequence_number)
+            kill(double, how[0])
+    for stop, way in zip(stops[1:], how[1:], strict=True):
+        more, extra = follow(client, response_id, events[-1].sequence_number, stop=stop)
+        events += more
+        notes += extra
+        kill_after.append(events[-1].sequence_number)
+        kill(double, way)
+    if not events or events[-1].type not in TERMINAL:
+        more, extra = follow(client, response_id, events[-1].sequence_number)
+        events += more
+        notes += extra
+    orchestration = settle(double, response_id)
+    return CrashRun(response_id, events, len(kill_after), before, double.stats(), kill_after, notes, orchestration)
+
+
+def settle(double: HostDouble, instance_id: str, timeout: float = 30.0) -> str | None:
+    """Wait for the orchestration to end (finalize returned, lock released) so stats deltas are final:
+    the double counts an activity delivery when its answer comes back, after the terminal event."""
+    try:
+        status = double.wait_for_status(instance_id, timeout=timeout)
+    except TimeoutError:
+        return None
+    found = status.get("runtimeStatus")
+    return str(found) if found is not None else None
+
+
+def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any]) -> list[str]:
+    """Every broken promise of R2-R4 for a crashed run, as readable strings (empty = all kept)."""
+    problems: list[str] = []
+    events = run.events
+    seqs = [e.sequence_number for e in events]
+    if seqs != list(range(len(events))):
+        problems.append(f"R2 sequence not 0..N without gap/duplicate: {_gaps(seqs)}")
+    kinds = [e.type for e in events]
+    if not events or kinds[-1] != "response.completed":
+        problems.append(f"run did not complete: last event {kinds[-1] if kinds else None}")
+    if sum(k in TERMINAL for k in kinds) != 1:
+        problems.append(f"R5 {sum(k in TERMINAL for k in kinds)} terminal events")
+    if kinds.count("response.created") != 1:
+        problems.append(f"{kinds.count('response.created')} response.created events")
+    if run.orchestration != "Completed":
+        problems.append(f"orchestration ended {run.orchestration!r}, not Completed")
+    phase_redeliveries = run.delta("activity_redeliveries", "run_phase")
+    if phase_redeliveries > run.crashes:
+        problems.append(f"R3 {phase_redeliveries} run_phase re-deliveries for {run.crashes} crash(es)")
+    deliveries = run.delta("activity_deliveries", "run_phase")
+    if deliveries != PHASES + phase_redeliveries:
+        problems.append(f"R3 {deliveries} run_phase deliveries, expected {PHASES} + {phase_redeliveries}")
+    resets = _resets(events)
+    if len(resets) > run.crashes:
+        problems.append(f"R4 {len(resets)} recovery resets for {run.crashes} crash(es)")
+    problems += _check_resets(events)
+    try:
+        final = client.responses.retrieve(run.response_id)
+    except openai.APIError as error:
+        return [*problems, f"GET /responses/{{id}} failed: {error!r}"]
+    if final.status != "completed":
+        problems.append(f"final status {final.status}")
+    clean_final = clean_events[-1].response
+    if texts(final.output) != texts(clean_final.output):
+        problems.append("R3 final output texts differ from the fault-free run")
+    try:
+        rebuilt = [(i["id"], i["text"]) for i in rebuild(events)]
+    except (AssertionError, KeyError) as error:
+        problems.append(f"R4 stream cannot be rebuilt: {error!r}")
+    else:
+        if rebuilt != [(o.id, o.content[0].text) for o in final.output]:
+            problems.append("R4 output rebuilt from the stream differs from GET /responses/{id}")
+    if events and events[-1].type == "response.completed" and texts(events[-1].response.output) != texts(
+            final.output):
+        problems.append("terminal event's response.output differs from GET /responses/{id}")
+    return problems
+
+
+def _resets(events: list[Any]) -> list[int]:
+    """Positions of recovery resets: a ``response.in_progress`` after the first one."""
+    positions = [i for i, e in enumerate(events) if e.type == "response.in_progress"]
+    return positions[1:]
+
+
+def _check_resets(events: list[Any]) -> list[str]:
+    """R4: each reset carries the snapshot as of the last checkpoint: every item in it is one the stream
+    finished (same id and text), and it holds every finished item before the one being repeated."""
+    problems: list[str] = []
+    for position in _resets(events):
+        done: dict[int, tuple[str, str]] = {}
+        for e in events[:position]:
+            if e.type == "response.in_progress":
+                done = {i: (o.id, texts([o])[0]) for i, o in enumerate(e.response.output)}
+            elif e.type == "response.output_item.done":
+                done[e.output_index] = (e.item.id, e.item.content[0].text)
+        snapshot = [(o.id, texts([o])[0]) for o in events[position].response.output]
+        if any(done.get(i) != item for i, item in enumerate(snapshot)):
+            problems.append(f"R4 reset at seq {events[position].sequence_number} carries an unfinished item")
+        if len(done) - len(snapshot) > 1:
+            problems.append(f"R4 reset at seq {events[position].sequence_number} drops {len(done) - len(snapshot)} "
+                            "finished items (more than one phase repeated)")
+    return problems
+
+
+def _gaps(seqs: list[int]) -> str:
+    odd = [(i, s) for i, s in enumerate(seqs) if s != i][:5]
+    return f"first mismatches (position, seq) {odd}, length {len(seqs)}"

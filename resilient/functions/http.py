@@ -123,7 +123,8 @@ def http_blueprint() -> df.Blueprint:
         Admin-level auth in Azure (the master key). Not under ``/admin``: the host reserves that prefix."""
         if not Settings.from_env().enable_crash_endpoint:
             return JSONResponse({"error": {"message": "Not found.", "type": "invalid_request_error",
-                                           "code": "not_found", "param": None}}, status_code=404)
+                                           "code": "not_found", "param": None}}, status_code=404,
+                                headers={"x-should-retry": "false"})
         log.warning("crash endpoint called: exiting the worker process")
         logging.shutdown()
         os._exit(17)

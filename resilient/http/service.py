@@ -40,6 +40,7 @@ log = logging.getLogger("resilient.http")
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 CHAIN_CAS_ATTEMPTS = 20
+FINALIZE_GRACE_SECONDS = 120.0  # > the orchestrator's finalize retries (2+4+8+16+32 s)
 ORCHESTRATOR_NAME = "responses_orchestrator"
 
 
@@ -201,10 +202,13 @@ class ResponsesService:
 
     async def _fail_unstarted(self, response_id: str) -> None:
         try:
-            await self.storage.responses.transition(
+            record = await self.storage.responses.transition(
                 response_id, "failed", allowed_from=ACTIVE_STATUSES,
                 doc_changes={"error": {"code": "server_error", "message": "The run could not be started."}},
             )
+            writer = await self.storage.events.open_writer(response_id)  # one terminal event (R5), and a
+            if (writer.last_event or {}).get("type") not in ev.TERMINAL_EVENT_TYPES:  # deletable response
+                await writer.append([ev.response_failed(response_object(record, []))])
         except Exception:
             log.exception("could not mark an unstarted response failed", extra={"response_id": response_id})
 
@@ -247,8 +251,20 @@ class ResponsesService:
         return HttpResult(200, await self._response(response_id, record))
 
     def _finished_probe(self, response_id: str) -> Callable[[], Awaitable[bool]]:
+        """Tells an idle replay that nothing more will come. A terminal *status* is not enough: finalize
+        (and a cancel) sets it before the terminal *event* is appended, and a stream that stopped in that
+        window would never deliver its terminal event. So: the log must end with it, or the status must
+        have been terminal without it for FINALIZE_GRACE_SECONDS (a run whose finalize never wrote it)."""
+        terminal_since: list[float] = []
+
         async def finished() -> bool:
-            return (await self.storage.responses.get_control(response_id)).status in TERMINAL_STATUSES
+            if (await self.storage.responses.get_control(response_id)).status not in TERMINAL_STATUSES:
+                return False
+            writer = await self.storage.events.open_writer(response_id)
+            if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
+                return True
+            terminal_since[:] = terminal_since or [time.monotonic()]
+            return time.monotonic() - terminal_since[0] > FINALIZE_GRACE_SECONDS
 
         return finished
 
@@ -306,14 +322,26 @@ class ResponsesService:
     # ---------------------------------------------------------------- delete
     async def delete(self, response_id: str) -> HttpResult:
         record = await self._stored(response_id)
-        if record.status in ACTIVE_STATUSES:
+        if record.status in ACTIVE_STATUSES or not await self._run_over(response_id):
             raise errors.invalid_request(
-                "Cannot delete a response that is still running; cancel it first.", param="response_id")
+                "Cannot delete a response that is still running; cancel it first (a cancelled response can "
+                "be deleted once its run has stopped, usually within a second).", param="response_id")
         await self.storage.responses.delete(response_id)
         await self.storage.items.delete_all(response_id)
         await self.storage.events.delete(response_id)
         log.info("deleted", extra={"response_id": response_id})
         return HttpResult(200, {"id": response_id, "object": "response.deleted", "deleted": True})
+
+    async def _run_over(self, response_id: str) -> bool:
+        """Whether the run has written its terminal event. A cancel sets the terminal status at once, but
+        the run stops only at its next delta and then still writes its partial item and the terminal
+        event (so does finalize, just after its status CAS): deleting before that races those writes and
+        leaves a half-deleted response (orphan item rows, failed activities)."""
+        try:
+            writer = await self.storage.events.open_writer(response_id)
+        except NotFound:
+            return True  # no log at all: nothing appends to it any more
+        return (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES
 
     # ----------------------------------------------------------- input items
     async def input_items(self, response_id: str, query: Mapping[str, str]) -> HttpResult:

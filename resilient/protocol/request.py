@@ -400,6 +400,35 @@ def api_error_from_validation(exc: ValidationError) -> ApiError:
     return _api_error_of(found[0])
 
 
+def _reject_unpaired_surrogates(data: Any) -> None:
+    """400 for the first string (key or value) holding an unpaired UTF-16 surrogate.
+
+    ``json.loads`` accepts ``"\\ud800"``, but such a string cannot be encoded as UTF-8: storing or
+    streaming it would fail later (a 500). A bad key is reported at its parent's path (the key itself
+    cannot be echoed). Iterative, so deep nesting cannot exhaust the stack.
+    """
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    param = _param_of(loc)
+                    raise invalid_request(
+                        f"Invalid value for '{param or 'body'}': a string contains an unpaired UTF-16 surrogate "
+                        "(such as \\ud800), which is not valid Unicode.",
+                        param=param,
+                        code=errors.CODE_INVALID_VALUE,
+                    ) from None
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                stack += [(item, (*loc, key)), (key, loc)]
+        elif isinstance(value, list):
+            stack += [(value[i], (*loc, i)) for i in reversed(range(len(value)))]
+
+
 def parse_create_request(raw: bytes) -> CreateResponseRequest:
     """Parse and validate a ``POST /responses`` body; every failure is an ``ApiError`` 400."""
     try:
@@ -414,6 +443,7 @@ def parse_create_request(raw: bytes) -> CreateResponseRequest:
             param=None,
             code=errors.CODE_INVALID_JSON,
         )
+    _reject_unpaired_surrogates(data)
     try:
         return CreateResponseRequest.model_validate(data)
     except ValidationError as exc:

@@ -170,7 +170,6 @@ class TableResponseStore:
         raise PreconditionFailed(f"response {rid!r}: pending input update kept losing the CAS")
 
     @translate_errors
-    @translate_errors
     async def list_finished_before(self, cutoff_epoch_seconds: float, limit: int) -> list[str]:
         """One filtered query on the row's own ``Timestamp`` (last write = the terminal transition)."""
         cutoff = datetime.fromtimestamp(cutoff_epoch_seconds, tz=UTC)
@@ -186,6 +185,7 @@ class TableResponseStore:
                 break
         return found
 
+    @translate_errors
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
         self.storage_calls += 1

@@ -1,0 +1,363 @@
+"""Load benchmark: many concurrent background responses, each watched by several live readers and a poller.
+
+Starts the host double with the unmodified ``function_app.py`` on Azurite (or targets a running one with
+``--url``), then, all at once, creates ``--responses`` background responses of the offline research agent
+(``--phases`` × ``--words``, ``--delay-ms`` between words). Every response gets ``--readers`` live SSE
+readers started right after its POST returns (alternately the official ``openai`` client,
+``responses.retrieve(id, stream=True)``, and a raw ``httpx`` SSE parser that checks the wire format) and one
+poller (``GET /responses/{id}`` every ``--poll-ms``).
+
+Checked (the run fails with exit code 1 otherwise): every response completes with ``--phases`` output items;
+every reader saw sequence numbers exactly 0..N, ending in the terminal event, with the same N for all
+readers of a response; the poller saw the terminal status. Printed: throughput (responses/s and events/s
+delivered to readers), time to first event per reader (p50/p95/max, from the start of the POST), time to
+completion, and totals.
+
+    AzureWebJobsStorage=UseDevelopmentStorage=true .venv/bin/python bench/load.py
+    .venv/bin/python bench/load.py --responses 50 --readers 2 --phases 3 --words 24 --delay-ms 20
+    .venv/bin/python bench/load.py --url http://127.0.0.1:7071        # a host double you started
+
+Bounded: at most 500 responses × 8 readers, ``--max-seconds`` for the whole load (default 170 s), per-request
+timeouts, at most ``MAX_EVENTS_PER_STREAM`` events per reader; only http://127.0.0.1 / localhost targets.
+Not a CI test (it takes tens of seconds and measures, rather than asserts, speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from openai import AsyncOpenAI
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.hostdouble.api import HostDouble  # noqa: E402
+
+LOOPBACK = {"127.0.0.1", "localhost"}
+TERMINAL_EVENTS = {"response.completed", "response.failed", "response.incomplete"}
+TERMINAL_STATUSES = {"completed", "failed", "cancelled", "incomplete"}
+MAX_EVENTS_PER_STREAM = 100_000
+MAX_POLLS = 10_000
+
+
+@dataclass
+class Reader:
+    kind: str
+    first_event_s: float = math.nan
+    done_s: float = math.nan
+    sequence: list[int] = field(default_factory=list)
+    last_type: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Run:
+    index: int
+    response_id: str | None = None
+    posted_s: float = math.nan  # POST round trip
+    completed_s: float = math.nan  # poller saw a terminal status (from the start of the POST)
+    status: str | None = None
+    output_items: int = -1
+    polls: int = 0
+    readers: list[Reader] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def loopback_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in LOOPBACK:
+        raise SystemExit(f"only http://127.0.0.1 (or localhost) targets are allowed, got {url!r}")
+    return url.rstrip("/")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    clean = sorted(v for v in values if not math.isnan(v))
+    if not clean:
+        return math.nan
+    rank = (len(clean) - 1) * pct / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return clean[low] + (clean[high] - clean[low]) * (rank - low)
+
+
+# ------------------------------------------------------------------------------------------------- readers
+async def read_with_openai(client: AsyncOpenAI, rid: str, started: float, reader: Reader) -> None:
+    stream = await client.responses.retrieve(rid, stream=True, starting_after=-1)
+    async with stream:
+        async for event in stream:
+            if math.isnan(reader.first_event_s):
+                reader.first_event_s = time.perf_counter() - started
+            reader.sequence.append(int(event.sequence_number))
+            reader.last_type = event.type
+            if event.type in TERMINAL_EVENTS or len(reader.sequence) >= MAX_EVENTS_PER_STREAM:
+                break
+
+
+def sse_frames(lines: Iterator[str] | list[str]) -> Iterator[dict[str, str]]:
+    """Group SSE lines into frames (``event``/``id``/``data`` fields); comment lines are skipped."""
+    frame: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            if frame:
+                yield frame
+            frame = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            frame[name] = value[1:] if value.startswith(" ") else value
+
+
+async def read_with_httpx(http: httpx.AsyncClient, rid: str, started: float, reader: Reader) -> None:
+    """A raw SSE reader: also checks that ``event:`` and ``id:`` agree with the JSON in ``data:``."""
+    async with http.stream("GET", f"/responses/{rid}", params={"stream": "true", "starting_after": "-1"},
+                           headers={"accept": "text/event-stream"}) as response:
+        response.raise_for_status()
+        pending: list[str] = []
+        async for line in response.aiter_lines():
+            pending.append(line)
+            if line != "":
+                continue
+            for frame in sse_frames(pending):
+                event = json.loads(frame["data"])
+                if frame.get("event") != event["type"] or frame.get("id") != str(event["sequence_number"]):
+                    raise ValueError(f"frame header {frame.get('event')}/{frame.get('id')} does not match its data")
+                if math.isnan(reader.first_event_s):
+                    reader.first_event_s = time.perf_counter() - started
+                reader.sequence.append(int(event["sequence_number"]))
+                reader.last_type = event["type"]
+            pending = []
+            if reader.last_type in TERMINAL_EVENTS or len(reader.sequence) >= MAX_EVENTS_PER_STREAM:
+                return
+
+
+async def run_reader(kind: str, client: AsyncOpenAI, http: httpx.AsyncClient, rid: str, started: float,
+                     timeout_s: float) -> Reader:
+    reader = Reader(kind)
+    try:
+        call = read_with_openai(client, rid, started, reader) if kind == "openai" else read_with_httpx(
+            http, rid, started, reader)
+        await asyncio.wait_for(call, timeout_s)
+    except Exception as exc:
+        reader.error = f"{type(exc).__name__}: {exc}"[:300]
+    reader.done_s = time.perf_counter() - started
+    return reader
+
+
+async def poll(http: httpx.AsyncClient, run: Run, started: float, interval_s: float, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while run.polls < MAX_POLLS and time.monotonic() < deadline:
+        run.polls += 1
+        answer = await http.get(f"/responses/{run.response_id}")
+        answer.raise_for_status()
+        body = answer.json()
+        if body["status"] in TERMINAL_STATUSES:
+            run.completed_s = time.perf_counter() - started
+            run.status = body["status"]
+            run.output_items = len(body["output"])
+            return
+        await asyncio.sleep(interval_s)
+    raise TimeoutError(f"no terminal status after {run.polls} polls")
+
+
+# ---------------------------------------------------------------------------------------------- one response
+async def one_response(index: int, client: AsyncOpenAI, http: httpx.AsyncClient, args: argparse.Namespace,
+                       gate: asyncio.Event) -> Run:
+    run = Run(index)
+    await gate.wait()  # every response starts at the same moment
+    started = time.perf_counter()
+    try:
+        created = await client.responses.create(
+            model="load", input=f"Load test question number {index}: what keeps a stream complete?",
+            background=True,
+            metadata={"research_phases": str(args.phases), "words_per_phase": str(args.words),
+                      "delta_delay_ms": str(args.delay_ms)},
+        )
+        run.posted_s = time.perf_counter() - started
+        run.response_id = created.id
+        kinds = ["openai" if i % 2 == 0 else "httpx" for i in range(args.readers)]
+        readers = [run_reader(kind, client, http, created.id, started, args.request_timeout) for kind in kinds]
+        results = await asyncio.gather(poll(http, run, started, args.poll_ms / 1000.0, args.request_timeout),
+                                       *readers, return_exceptions=True)
+        if isinstance(results[0], BaseException):
+            run.problems.append(f"poller: {results[0]!r}"[:300])
+        run.readers = [r for r in results[1:] if isinstance(r, Reader)]
+    except Exception as exc:
+        run.problems.append(f"{type(exc).__name__}: {exc}"[:300])
+    check(run, args)
+    return run
+
+
+def check(run: Run, args: argparse.Namespace) -> None:
+    """No loss: every reader saw 0..N contiguous ending in the terminal event, all readers the same N."""
+    if run.status != "completed":
+        run.problems.append(f"status {run.status!r}")
+    if run.output_items != args.phases and run.status is not None:
+        run.problems.append(f"{run.output_items} output items, expected {args.phases}")
+    lengths = set()
+    for reader in run.readers:
+        if reader.error:
+            run.problems.append(f"{reader.kind} reader: {reader.error}")
+            continue
+        if reader.sequence != list(range(len(reader.sequence))):
+            run.problems.append(f"{reader.kind} reader: gap/duplicate in {reader.sequence[:5]}…")
+        if reader.last_type not in TERMINAL_EVENTS:
+            run.problems.append(f"{reader.kind} reader: ended with {reader.last_type!r}")
+        lengths.add(len(reader.sequence))
+    if len(lengths) > 1:
+        run.problems.append(f"readers disagree on the number of events: {sorted(lengths)}")
+    if len(run.readers) != args.readers:
+        run.problems.append(f"{len(run.readers)} readers finished, expected {args.readers}")
+
+
+# ----------------------------------------------------------------------------------------------- the load
+async def load(base_url: str, args: argparse.Namespace) -> tuple[list[Run], float]:
+    limits = httpx.Limits(max_connections=args.responses * (args.readers + 2) + 10, max_keepalive_connections=100)
+    timeout = httpx.Timeout(args.request_timeout, connect=10.0)
+    async with (
+        httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as http,
+        httpx.AsyncClient(limits=limits, timeout=timeout) as client_http,
+    ):
+        client = AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, http_client=client_http,
+                             _strict_response_validation=True)
+        gate = asyncio.Event()
+        tasks = [asyncio.create_task(one_response(i, client, http, args, gate)) for i in range(args.responses)]
+        await asyncio.sleep(0.05)
+        started = time.perf_counter()
+        gate.set()
+        try:
+            runs = await asyncio.wait_for(asyncio.gather(*tasks), args.max_seconds)
+        except TimeoutError:
+            for task in tasks:
+                task.cancel()
+            raise SystemExit(f"load did not finish within --max-seconds {args.max_seconds}") from None
+        return list(runs), time.perf_counter() - started
+
+
+def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+    readers = [r for run in runs for r in run.readers]
+    events_delivered = sum(len(r.sequence) for r in readers)
+    events_per_response = sorted({len(r.sequence) for r in readers})
+    first = [r.first_event_s for r in readers]
+    completion = [run.completed_s for run in runs]
+    posts = [run.posted_s for run in runs]
+    failed = [run for run in runs if run.problems]
+    summary = {
+        "target": base_url,
+        "responses": len(runs),
+        "readers_per_response": args.readers,
+        "workload": f"{args.phases} phases x {args.words} words, {args.delay_ms} ms between words",
+        "wall_s": round(wall_s, 2),
+        "responses_per_s": round(len(runs) / wall_s, 2),
+        "events_delivered": events_delivered,
+        "events_delivered_per_s": round(events_delivered / wall_s, 1),
+        "events_per_response": events_per_response,
+        "first_event_s": {"p50": round(percentile(first, 50), 3), "p95": round(percentile(first, 95), 3),
+                          "max": round(percentile(first, 100), 3)},
+        "post_s": {"p50": round(percentile(posts, 50), 3), "p95": round(percentile(posts, 95), 3)},
+        "completion_s": {"p50": round(percentile(completion, 50), 3), "p95": round(percentile(completion, 95), 3),
+                         "max": round(percentile(completion, 100), 3)},
+        "polls": sum(run.polls for run in runs),
+        "responses_with_problems": len(failed),
+    }
+    print(f"load: {summary['responses']} background responses x {args.readers} live readers + 1 poller each "
+          f"({summary['workload']}) against {base_url}")
+    print(f"  wall time            {summary['wall_s']:.2f} s (first POST to last check)")
+    print(f"  throughput           {summary['responses_per_s']:.2f} responses/s, "
+          f"{summary['events_delivered_per_s']:.0f} events/s delivered to readers")
+    print(f"  time to first event  p50 {summary['first_event_s']['p50'] * 1000:.0f} ms, "
+          f"p95 {summary['first_event_s']['p95'] * 1000:.0f} ms, max {summary['first_event_s']['max'] * 1000:.0f} ms"
+          " (from the start of the POST, per reader)")
+    print(f"  POST round trip      p50 {summary['post_s']['p50'] * 1000:.0f} ms, "
+          f"p95 {summary['post_s']['p95'] * 1000:.0f} ms")
+    print(f"  time to completion   p50 {summary['completion_s']['p50']:.2f} s, "
+          f"p95 {summary['completion_s']['p95']:.2f} s, max {summary['completion_s']['max']:.2f} s (poller)")
+    print(f"  totals               {events_delivered} events to {len(readers)} readers "
+          f"({events_per_response} per response), {summary['polls']} polls")
+    if failed:
+        print(f"  FAILED: {len(failed)} responses lost or broke something:")
+        for run in failed[:10]:
+            print(f"    #{run.index} {run.response_id}: {'; '.join(run.problems)[:400]}")
+    else:
+        print("  no loss: every reader saw 0..N contiguous ending in the terminal event; all completed")
+    return summary
+
+
+async def cleanup(prefix: str) -> None:
+    """Drop the tables and containers of this run's storage prefix."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    from resilient.settings import Settings
+    from resilient.storage.connection import StorageClients
+
+    clients = StorageClients(Settings.from_env({**os.environ, "RESILIENT_STORAGE_PREFIX": prefix}))
+    try:
+        for table in (clients.responses_table_name, clients.items_table_name, clients.chains_table_name):
+            with contextlib.suppress(ResourceNotFoundError):
+                await clients.tables.delete_table(table)
+        for container in (clients.events_container_name, clients.spill_container_name):
+            with contextlib.suppress(ResourceNotFoundError):
+                await clients.blobs.delete_container(container)
+    finally:
+        await clients.close()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a running host double (default: start one on a free port)")
+    parser.add_argument("--responses", type=int, default=50)
+    parser.add_argument("--readers", type=int, default=2, help="live SSE readers per response")
+    parser.add_argument("--phases", type=int, default=3)
+    parser.add_argument("--words", type=int, default=24)
+    parser.add_argument("--delay-ms", type=int, default=20, help="agent pause between words")
+    parser.add_argument("--poll-ms", type=int, default=250)
+    parser.add_argument("--request-timeout", type=float, default=120.0)
+    parser.add_argument("--max-seconds", type=float, default=170.0, help="bound for the whole load")
+    parser.add_argument("--json", type=Path, help="also write the summary here")
+    parser.add_argument("--keep-data", action="store_true", help="keep this run's tables and containers")
+    args = parser.parse_args(argv)
+    if not 1 <= args.responses <= 500 or not 1 <= args.readers <= 8:
+        parser.error("--responses must be 1..500 and --readers 1..8")
+    if not 1 <= args.phases <= 20 or not 1 <= args.words <= 2000 or not 0 <= args.delay_ms <= 5000:
+        parser.error("--phases 1..20, --words 1..2000, --delay-ms 0..5000 (the agent's own bounds)")
+    if not 0 < args.max_seconds <= 900:
+        parser.error("--max-seconds must be in (0, 900]")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+    prefix = "l" + secrets.token_hex(4)
+    with contextlib.ExitStack() as stack:
+        if args.url:
+            base_url = loopback_url(args.url)
+        else:
+            env = {"AzureWebJobsStorage": os.environ["AzureWebJobsStorage"], "RESILIENT_STORAGE_PREFIX": prefix,
+                   "RESILIENT_AGENT_DELTA_DELAY_MS": "0", "RESILIENT_ENABLE_CRASH_ENDPOINT": "false"}
+            double = stack.enter_context(HostDouble(ROOT, env=env, settings=None))
+            base_url = double.base_url
+        runs, wall_s = asyncio.run(load(base_url, args))
+        summary = report(runs, wall_s, args, base_url)
+        if not args.url:
+            summary["host_double"] = {k: v for k, v in double.stats().items() if isinstance(v, int | float)}
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    if not args.url and not args.keep_data:
+        asyncio.run(cleanup(prefix))
+    return 1 if summary["responses_with_problems"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,8 +28,14 @@ class ContextFilter(logging.Filter):
         return True
 
 
+NOISY_LOGGERS = ("azure.core.pipeline.policies.http_logging_policy", "azure.identity", "aiohttp.access")
+
+
 def install() -> None:
-    """Attach the filter to the package's loggers (idempotent)."""
+    """Attach the filter to the package's loggers (idempotent), and quiet the Azure SDK's per-request
+    INFO logging (request and response headers for every storage call: cost and noise in App Insights)."""
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     for name in ("resilient.engine", "resilient.http", "resilient.retention"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, ContextFilter) for f in logger.filters):

@@ -34,6 +34,8 @@ class Settings:
     blob_service_uri: str | None
     table_service_uri: str | None
     managed_identity_client_id: str | None
+    # Use HTTP(S)_PROXY / .netrc from the environment for storage calls (off: they cost CPU per request).
+    storage_trust_env: bool
     # Naming: tables "<prefix>responses", "<prefix>items", "<prefix>chains"; containers "<prefix>-events", ...
     storage_prefix: str
     # Behaviour
@@ -60,6 +62,7 @@ class Settings:
             blob_service_uri=e.get("AzureWebJobsStorage__blobServiceUri") or None,
             table_service_uri=e.get("AzureWebJobsStorage__tableServiceUri") or None,
             managed_identity_client_id=e.get("AzureWebJobsStorage__clientId") or None,
+            storage_trust_env=_flag(e.get("RESILIENT_STORAGE_TRUST_ENV"), False),
             storage_prefix=prefix,
             steerable_conversations=_flag(e.get("RESILIENT_STEERABLE_CONVERSATIONS"), True),
             enable_crash_endpoint=_flag(e.get("RESILIENT_ENABLE_CRASH_ENDPOINT"), False),

@@ -88,7 +88,8 @@ def crash() -> None:
             print(f"crash endpoint answered {answer.status}: is RESILIENT_ENABLE_CRASH_ENDPOINT on?")
     except urllib.error.HTTPError as error:
         if error.code == 404:
-            sys.exit("crash endpoint is off (set RESILIENT_ENABLE_CRASH_ENDPOINT=true and restart)")
+            sys.exit("crash endpoint is off: set RESILIENT_ENABLE_CRASH_ENDPOINT=true in local.settings.json "
+                     "and restart")
         print(f"-- worker crashed (host answered {error.code})")
     except OSError:
         print("-- worker crashed (connection dropped)")

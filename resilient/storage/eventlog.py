@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.storage.blob.aio import ContainerClient
+from azure.storage.blob.aio import BlobClient, ContainerClient
 
 from resilient.ids import validate_id
 from resilient.protocol.sse import parse_frame
@@ -39,6 +39,8 @@ from resilient.storage.logformat import (
 )
 from resilient.storage.ports import JsonDict, ReadCursor, ReadResult, StoredEvent
 
+BLOB_CLIENT_CACHE = 512
+
 DEFAULT_TAIL_WINDOW = 64 * 1024
 _OPEN_ATTEMPTS = 3
 
@@ -59,6 +61,7 @@ class BlobEventLog:
         self._limits = LogLimits(index_every, max_blocks_per_segment, max_block_bytes)
         self._tail_window = max(1024, tail_window)
         self.storage_calls = 0  # every round trip made by this object (not by the writers it returns)
+        self._blob_clients: dict[str, BlobClient] = {}
 
     # -- writing ------------------------------------------------------------------------------------
     @translate_errors
@@ -258,11 +261,20 @@ class BlobEventLog:
             segment, offset, missing_ok = scan.next_segment, 0, True
         return ReadResult(events=events, cursor=ReadCursor(segment, offset, last_seq))
 
+    def _blob(self, name: str) -> BlobClient:
+        """A cached client for a segment: tails poll the same blob many times, and building a BlobClient
+        (pipeline, generated client) per read showed up as a hot spot in the load profile."""
+        client = self._blob_clients.pop(name, None) or self._container.get_blob_client(name)
+        self._blob_clients[name] = client  # most recently used last
+        while len(self._blob_clients) > BLOB_CLIENT_CACHE:
+            self._blob_clients.pop(next(iter(self._blob_clients)))
+        return client
+
     async def _range(self, rid: str, segment: int, offset: int) -> bytes | None:
         """Bytes from ``offset`` to the end of a segment; b"" at or past the end; None if absent."""
         self.storage_calls += 1
         try:
-            downloader = await self._container.download_blob(segment_blob(rid, segment), offset=offset)
+            downloader = await self._blob(segment_blob(rid, segment)).download_blob(offset=offset)
             return await downloader.readall()
         except ResourceNotFoundError:
             return None

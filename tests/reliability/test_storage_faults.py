@@ -164,7 +164,9 @@ def test_outage_beyond_sdk_retries_answers_503_and_the_run_resumes(
     attempts = _phase_attempts(run)
     # the cut failed the running phase once; the orchestrator's timer retry re-ran it after one reset
     assert PHASES + 1 <= attempts <= PHASES + 2, attempts
-    assert 1 <= resets <= attempts - PHASES, (resets, attempts)
+    # one continuous outage: the first attempt that reaches storage again appends the single reset, and
+    # nothing after it can fail, so a second failed attempt (if the timer fired inside the outage) adds none
+    assert resets == 1, (resets, attempts)
     assert run["after"]["activity_redeliveries"] == run["before"]["activity_redeliveries"], "no worker crashed"
     assert "503" in run["reconnect_notes"], "the reconnect attempted during the outage was answered 503"
 

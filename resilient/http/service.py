@@ -178,18 +178,18 @@ class ResponsesService:
                 continue  # another turn landed on this chain meanwhile: look again
         raise errors.service_unavailable()
 
-    async def _active(self, response_id: str) -> bool:
+    async def _status(self, response_id: str) -> str | None:
+        """The turn's status, or None when it has no row (deleted, or a create that never finished)."""
         try:
-            return (await self.storage.responses.get_control(response_id)).status in ACTIVE_STATUSES
+            return (await self.storage.responses.get_control(response_id)).status
         except NotFound:
-            return False
+            return None
+
+    async def _active(self, response_id: str) -> bool:
+        return await self._status(response_id) in ACTIVE_STATUSES
 
     async def _exists(self, response_id: str) -> bool:
-        try:
-            await self.storage.responses.get_control(response_id)
-            return True
-        except NotFound:
-            return False
+        return await self._status(response_id) is not None
 
     async def _steer(self, turns: list[str], delta: int) -> None:
         """S2: every unfinished turn ahead sees one more (or, on a queued turn's cancel, one fewer) turn
@@ -260,8 +260,7 @@ class ResponsesService:
         async def finished() -> bool:
             if (await self.storage.responses.get_control(response_id)).status not in TERMINAL_STATUSES:
                 return False
-            writer = await self.storage.events.open_writer(response_id)
-            if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
+            if await self._run_over(response_id):
                 return True
             terminal_since[:] = terminal_since or [time.monotonic()]
             return time.monotonic() - terminal_since[0] > FINALIZE_GRACE_SECONDS

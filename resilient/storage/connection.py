@@ -20,6 +20,7 @@ from typing import Any, Self
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
+    ResourceNotFoundError,
     ServiceRequestError,
     ServiceResponseError,
 )
@@ -201,15 +202,33 @@ class StorageClients:
     def container(self, name: str) -> ContainerClient:
         return self.blobs.get_container_client(name)
 
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return (self.responses_table_name, self.items_table_name, self.chains_table_name)
+
+    @property
+    def container_names(self) -> tuple[str, ...]:
+        return (self.events_container_name, self.spill_container_name)
+
     @translate_errors
     async def ensure_created(self) -> None:
         """Create the tables and containers if absent (409 = someone else did, which is fine)."""
-        for name in (self.responses_table_name, self.items_table_name, self.chains_table_name):
+        for name in self.table_names:
             with suppress(ResourceExistsError):
                 await self.tables.create_table(name)
-        for name in (self.events_container_name, self.spill_container_name):
+        for name in self.container_names:
             with suppress(ResourceExistsError):
                 await self.blobs.create_container(name)
+
+    @translate_errors
+    async def delete_all(self) -> None:
+        """Delete every table and container of this prefix (test teardown; absent is fine)."""
+        for name in self.table_names:
+            with suppress(ResourceNotFoundError):
+                await self.tables.delete_table(name)
+        for name in self.container_names:
+            with suppress(ResourceNotFoundError):
+                await self.blobs.delete_container(name)
 
     # -- lifetime ---------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
 from .protocol import READY_LINE
+from .serving import loopback_socket, start_server
 
 
 def load_settings(app_dir: Path, settings: str | None) -> Path | None:
@@ -36,33 +36,21 @@ def load_settings(app_dir: Path, settings: str | None) -> Path | None:
 
 
 async def run(app_dir: str, port: int, script: str) -> None:
-    import uvicorn
-
     from .host import Host
 
-    # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (it checks sock.proto): without
-    # it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(("127.0.0.1", port))
+        sock = loopback_socket(port)
     except OSError as exc:
-        sock.close()
         raise SystemExit(f"host double: cannot listen on 127.0.0.1:{port}: {exc}") from None
     host = Host(app_dir, port, script)
     try:
         await host.startup()
         # Kestrel's default keep-alive (130 s): clients with pooled connections (the SDK's aiohttp session,
         # httpx) must not race uvicorn's 5 s default.
-        config = uvicorn.Config(host.app(), log_level="warning", access_log=False, lifespan="off",
-                                timeout_keep_alive=130, timeout_graceful_shutdown=2)
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if task.done():
-                task.result()
-                raise SystemExit(f"host double: could not serve on 127.0.0.1:{port}")
-            await asyncio.sleep(0.01)
+        try:
+            task = await start_server(host.app(), sock, keep_alive_s=130, graceful_s=2)
+        except RuntimeError:
+            raise SystemExit(f"host double: could not serve on 127.0.0.1:{port}") from None
         print(READY_LINE.format(port=port), flush=True)
         await task
     finally:

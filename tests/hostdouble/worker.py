@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -49,6 +48,7 @@ from .protocol import (
     ROUTE_PARAMS_HEADER,
     WORKER_READY_PREFIX,
 )
+from .serving import loopback_socket, start_server
 
 _PRIVATE_HEADERS = {FUNCTION_HEADER.encode(), ROUTE_PARAMS_HEADER.encode(), BINDINGS_HEADER.encode()}
 
@@ -255,26 +255,12 @@ def _die_with_parent() -> None:
 
 
 async def serve(app_dir: str, script: str) -> None:
-    import uvicorn
-
     functions = {f.name: f for f in index_app(app_dir, script)}
     app = build_app(functions, app_dir)
-    # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (it checks sock.proto): without
-    # it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = loopback_socket(0)
     port = sock.getsockname()[1]
     # Keep idle connections longer than the host's pool does, so the host never reuses a closing one.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_keep_alive=120, timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("worker HTTP server stopped during startup")
-        await asyncio.sleep(0.01)
+    task = await start_server(app, sock, keep_alive_s=120, graceful_s=1)
     ready = {"port": port, "pid": os.getpid(), "functions": [f.meta() for f in functions.values()]}
     print(WORKER_READY_PREFIX + json.dumps(ready), flush=True)
     await task

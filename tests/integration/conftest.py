@@ -11,11 +11,9 @@ import secrets
 import socket
 import string
 from collections.abc import AsyncIterator
-from contextlib import suppress
 
 import pytest
 import pytest_asyncio
-from azure.core.exceptions import ResourceNotFoundError
 
 from resilient.ids import new_response_id
 from resilient.settings import Settings
@@ -61,13 +59,7 @@ async def storage(settings: Settings) -> AsyncIterator[Storage]:
     try:
         yield opened
     finally:
-        clients = opened.clients
-        for table in (clients.responses_table_name, clients.items_table_name):
-            with suppress(ResourceNotFoundError):
-                await clients.tables.delete_table(table)
-        for container in (clients.events_container_name, clients.spill_container_name):
-            with suppress(ResourceNotFoundError):
-                await clients.blobs.delete_container(container)
+        await opened.clients.delete_all()
         await opened.close()
 
 

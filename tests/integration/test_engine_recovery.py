@@ -53,6 +53,7 @@ def settings() -> Settings:
 async def storage(settings: Settings) -> AsyncIterator[Storage]:
     opened = await open_storage(settings)
     yield opened
+    await opened.clients.delete_all()
     await opened.close()
 
 

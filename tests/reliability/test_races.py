@@ -35,13 +35,11 @@ import os
 import random
 import secrets
 from collections.abc import Awaitable, Callable, Generator
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
 
 from resilient.agents.research import ResearchAgent
 from resilient.engine import chainlock
@@ -298,13 +296,7 @@ async def race_storage(race_settings: Settings) -> Any:
     try:
         yield opened
     finally:
-        clients = opened.clients
-        for table in (clients.responses_table_name, clients.items_table_name, clients.chains_table_name):
-            with suppress(ResourceNotFoundError):
-                await clients.tables.delete_table(table)
-        for container in (clients.events_container_name, clients.spill_container_name):
-            with suppress(ResourceNotFoundError):
-                await clients.blobs.delete_container(container)
+        await opened.clients.delete_all()
         await opened.close()
 
 

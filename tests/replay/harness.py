@@ -16,22 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-ACTION_CALL_ACTIVITY = 0
-ACTION_CREATE_TIMER = 5
-ACTION_WAIT_FOR_EVENT = 6
-ACTION_CALL_ENTITY = 7
-ACTION_SIGNAL_ENTITY = 9
-
-EXECUTION_STARTED = 0
-TASK_SCHEDULED = 4
-TASK_COMPLETED = 5
-TASK_FAILED = 6
-TIMER_CREATED = 10
-TIMER_FIRED = 11
-ORCHESTRATOR_STARTED = 12
-ORCHESTRATOR_COMPLETED = 13
-EVENT_SENT = 14
-EVENT_RAISED = 15
+from azure.durable_functions.models.actions.ActionType import ActionType
+from azure.durable_functions.models.history.HistoryEventType import HistoryEventType as History
 
 
 def orchestrator_handle(app: Any, name: str) -> Any:
@@ -92,9 +78,9 @@ class Replay:
 
     def run(self) -> Episode:
         """Run one episode with the events queued since the last one; record the new actions."""
-        self.history.append(self._event(ORCHESTRATOR_STARTED))
+        self.history.append(self._event(History.ORCHESTRATOR_STARTED))
         if not self.started:
-            self.history.append(self._event(EXECUTION_STARTED, Name=self.name, Version="",
+            self.history.append(self._event(History.EXECUTION_STARTED, Name=self.name, Version="",
                                             Input=json.dumps(self.input), OrchestrationInstance={}))
             self.started = True
         self.history += self._pending
@@ -122,29 +108,29 @@ class Replay:
         for position, action in enumerate(new, start=self._recorded_actions):
             self._record(position, action)
         self._recorded_actions = len(actions)
-        self.history.append(self._event(ORCHESTRATOR_COMPLETED))
+        self.history.append(self._event(History.ORCHESTRATOR_COMPLETED))
         return Episode(actions=actions, new_actions=new, is_done=bool(state.get("isDone")),
                        output=state.get("output"), custom_status=state.get("customStatus"),
                        error=error, raw=state)
 
     def _record(self, position: int, action: dict[str, Any]) -> None:
         kind = action.get("actionType")
-        if kind == ACTION_WAIT_FOR_EVENT:
+        if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             return  # waits take no sequence number and leave no history record
         task_id = self._sequence
         self._sequence += 1
         self._ids[position] = task_id
-        if kind == ACTION_CALL_ACTIVITY:
-            self.history.append(self._event(TASK_SCHEDULED, task_id, Name=action["functionName"],
+        if kind == ActionType.CALL_ACTIVITY:
+            self.history.append(self._event(History.TASK_SCHEDULED, task_id, Name=action["functionName"],
                                             Input=action.get("input")))
-        elif kind == ACTION_CREATE_TIMER:
-            self.history.append(self._event(TIMER_CREATED, task_id, FireAt=action["fireAt"]))
-        elif kind in (ACTION_CALL_ENTITY, ACTION_SIGNAL_ENTITY):
+        elif kind == ActionType.CREATE_TIMER:
+            self.history.append(self._event(History.TIMER_CREATED, task_id, FireAt=action["fireAt"]))
+        elif kind in (ActionType.CALL_ENTITY, ActionType.SIGNAL_ENTITY):
             request_id = str(uuid.uuid4())
             self._entity_request_ids[position] = request_id
             payload = {"op": action.get("operation"), "id": request_id, "input": action.get("input"),
-                       "signal": kind == ACTION_SIGNAL_ENTITY}
-            self.history.append(self._event(EVENT_SENT, task_id, Name="op",
+                       "signal": kind == ActionType.SIGNAL_ENTITY}
+            self.history.append(self._event(History.EVENT_SENT, task_id, Name="op",
                                             InstanceId=action.get("instanceId"), Input=json.dumps(payload)))
 
     # -- completions, delivered in the next episode ----------------------------------------------
@@ -155,23 +141,23 @@ class Replay:
         raise KeyError("action not in this episode's list")
 
     def complete(self, position: int, result: Any) -> None:
-        self._pending.append(self._event(TASK_COMPLETED, TaskScheduledId=self._ids[position],
+        self._pending.append(self._event(History.TASK_COMPLETED, TaskScheduledId=self._ids[position],
                                          Result=json.dumps(result)))
 
     def fail(self, position: int, reason: str = "boom", details: str = "Traceback ...") -> None:
-        self._pending.append(self._event(TASK_FAILED, TaskScheduledId=self._ids[position],
+        self._pending.append(self._event(History.TASK_FAILED, TaskScheduledId=self._ids[position],
                                          Reason=reason, Details=details))
 
     def fire_timer(self, position: int, fire_at: str) -> None:
-        self._pending.append(self._event(TIMER_FIRED, TimerId=self._ids[position], FireAt=fire_at))
+        self._pending.append(self._event(History.TIMER_FIRED, TimerId=self._ids[position], FireAt=fire_at))
 
     def raise_event(self, name: str, payload: Any) -> None:
-        self._pending.append(self._event(EVENT_RAISED, Name=name, Input=json.dumps(payload)))
+        self._pending.append(self._event(History.EVENT_RAISED, Name=name, Input=json.dumps(payload)))
 
     def entity_result(self, position: int, result: Any) -> None:
         """An entity call's answer arrives as an EventRaised named by the request id."""
         response = {"result": json.dumps(result)}
-        self._pending.append(self._event(EVENT_RAISED, Name=self._entity_request_ids[position],
+        self._pending.append(self._event(History.EVENT_RAISED, Name=self._entity_request_ids[position],
                                          Input=json.dumps(response)))
 
 
@@ -194,9 +180,9 @@ def drive(replay: Replay, respond: Any, max_episodes: int = 500) -> Episode:
             verb, value = answer
             answered = True
             if verb == "ok":
-                if action.get("actionType") in (ACTION_CALL_ENTITY,):
+                if action.get("actionType") in (ActionType.CALL_ENTITY,):
                     replay.entity_result(position, value)
-                elif action.get("actionType") == ACTION_CREATE_TIMER:
+                elif action.get("actionType") == ActionType.CREATE_TIMER:
                     replay.fire_timer(position, action["fireAt"])
                 else:
                     replay.complete(position, value)

@@ -6,16 +6,9 @@ import json
 from typing import Any
 
 import pytest
+from azure.durable_functions.models.actions.ActionType import ActionType
 
-from tests.replay.harness import (
-    ACTION_CALL_ACTIVITY,
-    ACTION_CALL_ENTITY,
-    ACTION_CREATE_TIMER,
-    ACTION_WAIT_FOR_EVENT,
-    Replay,
-    drive,
-    orchestrator_handle,
-)
+from tests.replay.harness import Replay, drive, orchestrator_handle
 
 RID = "resp_replaytest"
 
@@ -28,28 +21,28 @@ def handle() -> Any:
 
 
 def _activity(action: dict[str, Any]) -> tuple[str, Any]:
-    assert action["actionType"] == ACTION_CALL_ACTIVITY
+    assert action["actionType"] == ActionType.CALL_ACTIVITY
     return action["functionName"], json.loads(action["input"])
 
 
 def _names(actions: list[dict[str, Any]]) -> list[str]:
     out = []
     for a in actions:
-        if a["actionType"] == ACTION_CALL_ACTIVITY:
+        if a["actionType"] == ActionType.CALL_ACTIVITY:
             name, args = _activity(a)
             out.append(f"{name}:{args.get('index', '')}" if name == "run_phase" else name)
-        elif a["actionType"] == ACTION_CREATE_TIMER:
+        elif a["actionType"] == ActionType.CREATE_TIMER:
             out.append("timer")
-        elif a["actionType"] == ACTION_CALL_ENTITY:
+        elif a["actionType"] == ActionType.CALL_ENTITY:
             out.append(f"entity:{a['operation']}")
-        elif a["actionType"] == ACTION_WAIT_FOR_EVENT:
+        elif a["actionType"] == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             out.append(f"wait:{a['externalEventName']}")
     return out
 
 
 def happy(phases: int, stop_at: int | None = None, stop: str = "cancelled") -> Any:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ACTION_CALL_ACTIVITY:
+        if kind == ActionType.CALL_ACTIVITY:
             name, args = _activity(action)
             if name == "plan_response":
                 return ("ok", {"phases": phases})
@@ -58,7 +51,7 @@ def happy(phases: int, stop_at: int | None = None, stop: str = "cancelled") -> A
                 return ("ok", {"index": args["index"], "stop": stop if hit else None})
             if name == "finalize_response":
                 return ("ok", {"status": args["status"]})
-        if kind == ACTION_CREATE_TIMER:
+        if kind == ActionType.CREATE_TIMER:
             return ("ok", None)
         raise AssertionError(f"unexpected action {action}")
 
@@ -140,7 +133,7 @@ def test_transient_failure_is_retried_after_a_durable_timer(handle: Any) -> None
     failures = {"n": 0}
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "run_phase" and failures["n"] < 1:
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "run_phase" and failures["n"] < 1:
             failures["n"] += 1
             return ("fail", "storage unavailable")
         return happy(2)(kind, action, position)
@@ -153,7 +146,7 @@ def test_transient_failure_is_retried_after_a_durable_timer(handle: Any) -> None
 
 def test_activity_failing_every_attempt_finalizes_failed(handle: Any) -> None:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "run_phase":
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "run_phase":
             return ("fail", "agent exploded")
         return happy(2)(kind, action, position)
 
@@ -181,7 +174,7 @@ def _locked(answer: dict[str, Any], later: list[tuple[str, Any]] | None = None) 
     """Responder for a turn on a chain: acquire answers ``answer``; release hands over to nobody."""
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ACTION_CALL_ENTITY:
+        if kind == ActionType.CALL_ENTITY:
             op = action["operation"]
             if op == "acquire":
                 return ("ok", answer)
@@ -189,9 +182,9 @@ def _locked(answer: dict[str, Any], later: list[tuple[str, Any]] | None = None) 
                 return ("ok", {"released": True, "next": "resp_next"})
             if op == "remove":
                 return ("ok", {"removed": True, "next": None})
-        if kind == ACTION_WAIT_FOR_EVENT:
+        if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             return ("event", later.pop(0)) if later else None
-        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] in ("mark_queued", "wake_next_turn"):
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] in ("mark_queued", "wake_next_turn"):
             return ("ok", {})
         return happy(2)(kind, action, position)
 
@@ -234,7 +227,7 @@ def test_queued_turn_cancelled_leaves_the_queue_without_running(handle: Any) -> 
 
 def test_lock_is_released_even_when_the_run_fails(handle: Any) -> None:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "plan_response":
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "plan_response":
             return ("fail", "planner down")
         return _locked({"state": "granted"})(kind, action, position)
 
@@ -246,7 +239,7 @@ def test_lock_is_released_even_when_the_run_fails(handle: Any) -> None:
 
 def test_lock_is_released_even_when_finalize_keeps_failing(handle: Any) -> None:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ACTION_CALL_ACTIVITY and _activity(action)[0] == "finalize_response":
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "finalize_response":
             return ("fail", "storage down")
         return _locked({"state": "granted"})(kind, action, position)
 

@@ -1,0 +1,39 @@
+"""The one way the host and the worker listen: a loopback socket and a uvicorn server on it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+
+def loopback_socket(port: int) -> socket.socket:
+    """A bound 127.0.0.1 socket (``port`` 0 picks a free one).
+
+    proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (it checks ``sock.proto``):
+    without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def start_server(app: Any, sock: socket.socket, *, keep_alive_s: int, graceful_s: int) -> asyncio.Task[None]:
+    """Serve ``app`` on ``sock``; return once it accepts connections (RuntimeError if it stopped first)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=graceful_s)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError(f"HTTP server on {sock.getsockname()} stopped during startup")
+        await asyncio.sleep(0.01)
+    return task

@@ -30,6 +30,7 @@ from resilient.protocol import errors
 from resilient.protocol import events as ev
 from resilient.protocol.errors import ApiError
 from resilient.protocol.items import text_of
+from resilient.protocol.params import parse_bool, parse_int
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
@@ -42,6 +43,7 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 CHAIN_CAS_ATTEMPTS = 20
 FINALIZE_GRACE_SECONDS = 120.0  # > the orchestrator's finalize retries (2+4+8+16+32 s)
 ORCHESTRATOR_NAME = "responses_orchestrator"
+DELETED_MARK = "deleted"  # doc key set by the one DELETE that wins; the row is 404 from then on
 
 
 class DurableRuntime(Protocol):
@@ -139,7 +141,7 @@ class ResponsesService:
             previous = await self.storage.responses.get(request.previous_response_id)
         except NotFound:
             previous = None
-        if previous is None or not previous.doc.get("store", True):
+        if previous is None or not previous.doc.get("store", True) or previous.doc.get(DELETED_MARK):
             raise errors.ApiError(404, errors.INVALID_REQUEST,
                                   f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
                                   code=errors.CODE_NOT_FOUND, param="previous_response_id")
@@ -238,13 +240,15 @@ class ResponsesService:
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
+        stream = _optional_bool(query, "stream")
+        _optional_bool(query, "include_obfuscation")  # accepted and ignored, but only as a boolean
+        starting_after = _starting_after(query, headers)
         record = await self._stored(response_id)
-        if _truthy(query.get("stream")):
+        if stream:
             if not record.doc.get("background", False):
                 raise errors.invalid_request(
                     "Streaming a stored response is only possible for responses created with background=true.",
-                    param="stream")
-            starting_after = _starting_after(query.get("starting_after"), headers.get("last-event-id"))
+                    param="stream", code=errors.CODE_BACKGROUND_REQUIRED)
             return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
                                                       finished=self._finished_probe(response_id)),
                               headers=dict(SSE_HEADERS))
@@ -279,7 +283,7 @@ class ResponsesService:
             record = await self.storage.responses.get(response_id)
         except (InvalidId, NotFound):
             raise errors.not_found("Response", response_id) from None
-        if not record.doc.get("store", True):
+        if not record.doc.get("store", True) or record.doc.get(DELETED_MARK):
             raise errors.not_found("Response", response_id)
         return record
 
@@ -288,12 +292,12 @@ class ResponsesService:
         record = await self._stored(response_id)
         if not record.doc.get("background", False):
             raise errors.invalid_request("Only responses created with background=true can be cancelled.",
-                                         param="response_id")
+                                         param="response_id", code=errors.CODE_BACKGROUND_REQUIRED)
         if record.status == "cancelled":
             return HttpResult(200, await self._response(response_id, record))
         if record.status in TERMINAL_STATUSES:
             raise errors.invalid_request(f"Cannot cancel a response that is already {record.status}.",
-                                         param="response_id")
+                                         param="response_id", code=errors.CODE_ALREADY_FINISHED)
         was_queued = record.status == "queued"
         try:
             record = await self.storage.responses.transition(
@@ -302,7 +306,7 @@ class ResponsesService:
             if lost.current_status == "cancelled":
                 return HttpResult(200, await self._response(response_id))
             raise errors.invalid_request(f"Cannot cancel a response that is already {lost.current_status}.",
-                                         param="response_id") from None
+                                         param="response_id", code=errors.CODE_ALREADY_FINISHED) from None
         try:  # wakes a queued turn that waits for its chain lock; a running phase sees the flag itself
             await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
         except Exception:
@@ -320,14 +324,29 @@ class ResponsesService:
 
     # ---------------------------------------------------------------- delete
     async def delete(self, response_id: str) -> HttpResult:
-        record = await self._stored(response_id)
-        if record.status in ACTIVE_STATUSES or not await self._run_over(response_id):
-            raise errors.invalid_request(
-                "Cannot delete a response that is still running; cancel it first (a cancelled response can "
-                "be deleted once its run has stopped, usually within a second).", param="response_id")
-        await self.storage.responses.delete(response_id)
+        """Delete a finished response. Exactly one of several concurrent DELETEs answers 200; the others,
+        and every later one, answer 404 (as the OpenAI API does).
+
+        The winner is decided by an ETag compare-and-swap that marks the row deleted (from then on it is
+        404 everywhere); only then are the items, the log and the row removed. A crash halfway leaves a
+        marked, finished row, which the retention clean-up removes with everything else later."""
+        for _ in range(CHAIN_CAS_ATTEMPTS):
+            record = await self._stored(response_id)  # 404 once another DELETE has marked it
+            if record.status in ACTIVE_STATUSES or not await self._run_over(response_id):
+                raise errors.invalid_request(
+                    "Cannot delete a response that is still running; cancel it first (a cancelled response can "
+                    "be deleted once its run has stopped, usually within a second).", param="response_id",
+                    code=errors.CODE_STILL_RUNNING)
+            try:
+                await self.storage.responses.replace(record, doc_changes={DELETED_MARK: True})
+                break
+            except PreconditionFailed:
+                continue  # the row changed since it was read (maybe another DELETE won): look again
+        else:
+            raise errors.service_unavailable()
         await self.storage.items.delete_all(response_id)
         await self.storage.events.delete(response_id)
+        await self.storage.responses.delete(response_id)
         log.info("deleted", extra={"response_id": response_id})
         return HttpResult(200, {"id": response_id, "object": "response.deleted", "deleted": True})
 
@@ -344,16 +363,16 @@ class ResponsesService:
 
     # ----------------------------------------------------------- input items
     async def input_items(self, response_id: str, query: Mapping[str, str]) -> HttpResult:
-        await self._stored(response_id)
-        limit = _limit(query.get("limit"))
-        order = query.get("order") or "desc"
+        limit = 20 if "limit" not in query else parse_int(query["limit"], param="limit", minimum=1, maximum=100)
+        order = query.get("order", "desc")
         if order not in ("asc", "desc"):
             raise errors.invalid_request("'order' must be 'asc' or 'desc'.", param="order",
                                          code=errors.CODE_INVALID_VALUE)
-        after = query.get("after") or None
+        after = query.get("after")
         if after is not None and not _safe(after):
             raise errors.invalid_request("'after' is not a valid item id.", param="after",
                                          code=errors.CODE_INVALID_VALUE)
+        await self._stored(response_id)
         try:
             page = await self.storage.items.list_input_items(response_id, after=after, limit=limit,
                                                              order="asc" if order == "asc" else "desc")
@@ -378,37 +397,25 @@ def _safe(value: str) -> bool:
         return False
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes"}
+MAX_SEQUENCE_NUMBER = 2**53  # the largest integer every JSON client reads exactly
 
 
-def _starting_after(raw: str | None, last_event_id: str | None) -> int:
-    value = raw if raw not in (None, "") else last_event_id
-    if value in (None, ""):
-        return -1
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise errors.invalid_request("'starting_after' must be an integer sequence number.",
-                                     param="starting_after", code=errors.CODE_INVALID_TYPE) from None
-    if number < -1 or number > 2**53:
-        raise errors.invalid_request("'starting_after' must be between -1 and 2^53.", param="starting_after",
-                                     code=errors.CODE_INVALID_VALUE)
-    return number
+def _optional_bool(query: Mapping[str, str], name: str) -> bool:
+    return name in query and parse_bool(query[name], param=name)
 
 
-def _limit(raw: str | None) -> int:
-    if raw in (None, ""):
-        return 20
-    try:
-        value = int(str(raw))
-    except ValueError:
-        raise errors.invalid_request("'limit' must be an integer between 1 and 100.", param="limit",
-                                     code=errors.CODE_INVALID_TYPE) from None
-    if not 1 <= value <= 100:
-        raise errors.invalid_request("'limit' must be between 1 and 100.", param="limit",
-                                     code=errors.CODE_INVALID_VALUE)
-    return value
+def _starting_after(query: Mapping[str, str], headers: Mapping[str, str]) -> int:
+    """``starting_after``, else the SSE reconnect header ``Last-Event-ID``, else -1 (from the start).
+
+    Both are validated whenever present (the query wins), so a bad header is a 400 naming the header
+    even next to a good query value."""
+    found = -1
+    header = headers.get("last-event-id")
+    if header is not None:
+        found = parse_int(header, param="Last-Event-ID", minimum=-1, maximum=MAX_SEQUENCE_NUMBER)
+    if "starting_after" in query:
+        found = parse_int(query["starting_after"], param="starting_after", minimum=-1, maximum=MAX_SEQUENCE_NUMBER)
+    return found
 
 
 async def guarded(call: Any) -> HttpResult:
@@ -427,4 +434,4 @@ async def guarded(call: Any) -> HttpResult:
     except Exception:
         log.exception("unhandled error")
         return error_result(errors.ApiError(500, errors.SERVER_ERROR, "The server had an error processing the "
-                                            "request.", code="server_error", retryable=True))
+                                            "request.", code=errors.CODE_SERVER_ERROR, retryable=True))

@@ -31,6 +31,12 @@ CODE_PAYLOAD_TOO_LARGE = "payload_too_large"
 CODE_CONVERSATION_LOCKED = "conversation_locked"
 CODE_FORK_NOT_SUPPORTED = "conversation_fork_not_supported"
 CODE_SERVICE_UNAVAILABLE = "service_unavailable"
+CODE_SERVER_ERROR = "server_error"
+# State conflicts that are the client's to resolve (400, like the OpenAI API): what the response is,
+# not what the request looked like.
+CODE_BACKGROUND_REQUIRED = "background_required"  # stream replay or cancel of a non-background response
+CODE_ALREADY_FINISHED = "response_already_finished"  # cancel of a completed/failed/incomplete response
+CODE_STILL_RUNNING = "response_in_progress"  # delete before the run has stopped
 
 _MAX_ECHO = 64
 
@@ -39,7 +45,8 @@ class ApiError(Exception):
     """An error that maps 1:1 to an HTTP response.
 
     Raised anywhere below the HTTP layer; caught once at the edge. ``retryable`` is a statement about
-    the request, not the status: it decides the ``x-should-retry`` header.
+    the request, not the status: it decides the ``x-should-retry`` header. ``code`` is required: a client
+    branches on it, and an error without one (``code: null``) tells it nothing.
     """
 
     def __init__(
@@ -48,7 +55,7 @@ class ApiError(Exception):
         type: str,
         message: str,
         *,
-        code: str | None = None,
+        code: str,
         param: str | None = None,
         retryable: bool = False,
         retry_after: int | None = None,
@@ -87,7 +94,7 @@ def echo(value: object) -> str:
     return repr(str(value)[:_MAX_ECHO])
 
 
-def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
+def invalid_request(message: str, *, code: str, param: str | None = None) -> ApiError:
     """400: the request is wrong and sending it again will not help."""
     return ApiError(400, INVALID_REQUEST, message, code=code, param=param)
 

@@ -36,9 +36,17 @@ def test_invalid_request() -> None:
 
 
 def test_body_always_has_all_four_keys() -> None:
-    assert invalid_request("m").body() == {
-        "error": {"message": "m", "type": "invalid_request_error", "code": None, "param": None}
+    assert invalid_request("m", code="invalid_value").body() == {
+        "error": {"message": "m", "type": "invalid_request_error", "code": "invalid_value", "param": None}
     }
+
+
+def test_every_error_names_a_code() -> None:
+    """A 4xx without a code tells a client nothing it can branch on: the constructor requires one."""
+    with pytest.raises(TypeError):
+        invalid_request("m")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        ApiError(400, "invalid_request_error", "m")  # type: ignore[call-arg]
 
 
 def test_not_found_does_not_echo_hostile_ids_in_full() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -49,6 +50,27 @@ class _QuietWorkerLost(logging.Filter):
 
 def log(message: str) -> None:
     print(f"[hostdouble] {message}", file=sys.stderr, flush=True)
+
+
+def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
+    """The request headers for the worker, byte for byte (minus hop-by-hop ones).
+
+    Header values may hold any byte but control characters (obs-text, RFC 9110 5.5); Kestrel passes them
+    on. Decoding them to ``str`` and letting httpx encode them as ASCII made the double answer 500 for
+    ``Last-Event-ID: ５`` or ``X-Anything: é``, so the raw bytes go through unchanged."""
+    return [(name, value) for name, value in request.scope["headers"]
+            if name.decode("latin-1").lower() not in _HOP_BY_HOP]
+
+
+def _not_found(method: str, path: str) -> Response:
+    """404 for a path under the API that no function takes, in the OpenAI error shape the app uses.
+
+    The real host answers an empty 404 here. A decoded line break in the path also ends here: the
+    worker's catch-all route (FastAPI ``/{path:path}``, in the real worker too) cannot match it, and the
+    app would answer this very 404 for such an id."""
+    message = f"No API route matches {method} {('/' + path.strip('/'))[:200]!r}."
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": "not_found",
+                                   "param": None}}, status_code=404, headers={"x-should-retry": "false"})
 
 
 def load_host_json(app_dir: str) -> dict[str, Any]:
@@ -233,10 +255,16 @@ class Host:
     # -------------------------------------------------------------------------------------------- HTTP app
     def app(self) -> Starlette:
         methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE"]
-        return Starlette(routes=[Route("/{path:path}", self.dispatch, methods=methods)])
+        every_path = Route("/{path:path}", self.dispatch, methods=methods)
+        # Starlette's "^/(?P<path>.*)$" misses a path with a decoded line break (answering a plain 404
+        # before dispatch) and "$" lets a trailing one through: every path goes to dispatch.
+        every_path.path_regex = re.compile(r"/(?P<path>.*)\Z", re.DOTALL)
+        return Starlette(routes=[every_path])
 
     async def dispatch(self, request: Request) -> Response:
-        path = request.url.path.lstrip("/")
+        # The decoded path exactly as received: ``request.url.path`` re-parses it as a URL, which drops
+        # tabs and line breaks and ends it at a decoded "?" or "#" (so "/responses%0A" would route).
+        path = str(request.scope["path"]).lstrip("/")
         if path.lower().startswith(DURABLE_PREFIX):
             return await self.durable_api(request, path[len(DURABLE_PREFIX):])
         if path.lower().startswith("admin/"):
@@ -253,17 +281,18 @@ class Host:
                 return Response(status_code=404)
             path = path[len(self.route_prefix):]
         found = self.router.match(path, request.method)
-        if found is None:
-            return Response(status_code=404)
+        if found is None or "\n" in path:
+            return _not_found(request.method, path)
         function, route_params = found
         meta = self._functions[function]
         body = await request.body()
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP]
+        headers = _forward_headers(request)
         headers += [
-            (INVOCATION_HEADER, str(uuid.uuid4())),
-            (FUNCTION_HEADER, function),
-            (ROUTE_PARAMS_HEADER, json.dumps(route_params)),
-            (BINDINGS_HEADER, json.dumps({p: self.client_binding() for p in meta.get("client_params", [])})),
+            (INVOCATION_HEADER.encode(), str(uuid.uuid4()).encode()),
+            (FUNCTION_HEADER.encode(), function.encode()),
+            (ROUTE_PARAMS_HEADER.encode(), json.dumps(route_params).encode()),
+            (BINDINGS_HEADER.encode(),
+             json.dumps({p: self.client_binding() for p in meta.get("client_params", [])}).encode()),
         ]
         timeout = httpx.Timeout(None, connect=10.0, read=PROXY_IDLE_TIMEOUT)
         for _ in range(3):
@@ -298,9 +327,9 @@ class Host:
             finally:
                 await upstream.aclose()
 
-        response_headers = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in _DROP_RESPONSE]
         response = StreamingResponse(stream(), status_code=upstream.status_code)
-        response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response_headers]
+        response.raw_headers = [(k, v) for k, v in upstream.headers.raw
+                                if k.decode("latin-1").lower() not in _DROP_RESPONSE]
         return response
 
     # ------------------------------------------------------------------------------------------ durable API

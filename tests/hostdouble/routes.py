@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
+# ASCII digits only: in a Python ``str`` pattern ``\d`` also matches "５" or "٥", which .NET's invariant-culture
+# parsing behind these constraints does not accept.
 _CONSTRAINTS = {
-    "int": r"-?\d+",
-    "long": r"-?\d+",
+    "int": r"-?[0-9]+",
+    "long": r"-?[0-9]+",
     "bool": r"(?i:true|false)",
     "guid": r"[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}",
     "alpha": r"[A-Za-z]+",
-    "float": r"-?\d+(?:\.\d+)?",
-    "double": r"-?\d+(?:\.\d+)?",
-    "decimal": r"-?\d+(?:\.\d+)?",
+    "float": r"-?[0-9]+(?:\.[0-9]+)?",
+    "double": r"-?[0-9]+(?:\.[0-9]+)?",
+    "decimal": r"-?[0-9]+(?:\.[0-9]+)?",
 }
 _PARAM = re.compile(r"\{([^{}]+)\}")
 RESERVED_ROUTE_ERROR = "The specified route conflicts with one or more built in routes."
@@ -87,13 +88,16 @@ class RouteTemplate:
     precedence: tuple[int, ...] = ()
 
     def match(self, path: str) -> dict[str, str] | None:
+        """``path`` is the request path already percent-decoded once (as the host receives it); it is not
+        decoded again (``%2541`` arrives as ``%41`` and stays that). ``fullmatch``: a trailing line break
+        is part of the last segment, never ignored the way ``$`` ignores it."""
         found = self.regex.fullmatch("/" + path.strip("/") if path.strip("/") else "")
         if found is None:
             return None
         params = dict(self.defaults)
         for key, value in found.groupdict().items():
             if value is not None:
-                params[key] = unquote(value)
+                params[key] = value
         return params
 
 
@@ -131,7 +135,8 @@ def compile_route(template: str) -> RouteTemplate:
             regex += f"(?P<{param.name}>{param.pattern.replace('[^/]+', '[^/]+?')})"
             position, has_param = found.end(), True
         regex += re.escape(segment[position:])
-        pieces.append("/" + f"(?i:{regex})" if not has_param else "/" + regex)
+        # ASCII case folding only: under full Unicode folding "reſponses" (long s) would match "responses".
+        pieces.append("/" + f"(?ai:{regex})" if not has_param else "/" + regex)
         precedence.append(1 if has_param else 0)
     return RouteTemplate(template, re.compile("".join(pieces)), defaults, tuple(precedence))
 

@@ -20,7 +20,7 @@ def test_optional_default_catch_all_and_constraints() -> None:
     assert compile_route("items/{id?}").match("items") == {}
     assert compile_route("items/{id?}").match("items/7") == {"id": "7"}
     assert compile_route("items/{page=1}").match("items") == {"page": "1"}
-    assert compile_route("files/{*path}").match("files/a/b%20c") == {"path": "a/b c"}
+    assert compile_route("files/{*path}").match("files/a/b c") == {"path": "a/b c"}
     assert compile_route("n/{id:int}").match("n/x") is None
     assert compile_route("n/{id:int}").match("n/-3") == {"id": "-3"}
     assert compile_route("f/{name}.{ext}").match("f/report.pdf") == {"name": "report", "ext": "pdf"}
@@ -38,6 +38,19 @@ def test_router_prefers_literals_and_checks_methods() -> None:
     assert router.match("responses/r1/cancel", "POST") == ("cancel", {"response_id": "r1"})
     assert router.match("responses/r1", "POST") is None
     assert router.match("responses", "POST") == ("create", {})
+
+
+def test_matching_is_exact() -> None:
+    """The path arrives decoded once; nothing is ignored, decoded again or folded beyond ASCII."""
+    create, by_id = compile_route("responses"), compile_route("responses/{response_id}/cancel")
+    for path in ["responses\n", "responses\r", "\nresponses", "responses\t", "responses ", "reſponses",
+                 "responses\x00", "responses/x"]:
+        assert create.match(path) is None, path
+    assert by_id.match("responses/\n/cancel") == {"response_id": "\n"}  # any non-empty segment is a value
+    assert by_id.match("responses/x/cancel\n") is None
+    assert by_id.match("responses/resp_%41/cancel") == {"response_id": "resp_%41"}  # not decoded twice
+    assert compile_route("n/{id:int}").match("n/５") is None  # ASCII digits only
+    assert compile_route("n/{id:int}").match("n/5\n") is None
 
 
 @pytest.mark.parametrize("template", ["admin/crash", "/admin", "Admin/x", "administration/health"])

@@ -376,9 +376,10 @@ class ResponsesService:
         try:
             page = await self.storage.items.list_input_items(response_id, after=after, limit=limit,
                                                              order="asc" if order == "asc" else "desc")
-        except NotFound:
-            raise errors.invalid_request(f"No input item with id {errors.echo(after)} in this response.",
-                                         param="after", code=errors.CODE_INVALID_VALUE) from None
+        except NotFound:  # a well-formed cursor naming nothing: 404, like an unknown response id
+            raise errors.ApiError(404, errors.INVALID_REQUEST,
+                                  f"No input item with id {errors.echo(after)} in this response.",
+                                  param="after", code=errors.CODE_NOT_FOUND) from None
         data = page.data
         return HttpResult(200, {
             "object": "list",

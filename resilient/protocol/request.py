@@ -169,12 +169,35 @@ def _parse_part(raw: object, at: str, role: str) -> TextPart:
     for key in raw:
         if key not in _PART_KEYS[allowed]:
             _fail_unknown(f"{at}.{_key(key)}")
+    _check_ignored_part_fields(raw, at)
     if "text" not in raw:
         _fail_missing(f"{at}.text")
     text = raw["text"]
     if not isinstance(text, str):
         _fail_type(f"{at}.text", "a string", text)
     return TextPart(type=allowed, text=text)
+
+
+def _check_ignored_part_fields(raw: dict[str, Any], at: str) -> None:
+    """The part fields that are accepted and ignored still have the OpenAI API's types, so a request the
+    server takes is one ``docs/openapi.yaml`` allows (and a typo inside them is not silently dropped)."""
+    for key in ("annotations", "logprobs"):
+        if key in raw and not isinstance(raw[key], list):
+            _fail_type(f"{at}.{key}", "an array", raw[key])
+    if "prompt_cache_breakpoint" not in raw:
+        return
+    breakpoint_, where = raw["prompt_cache_breakpoint"], f"{at}.prompt_cache_breakpoint"
+    if not isinstance(breakpoint_, dict):
+        _fail_type(where, "an object", breakpoint_)
+    for key in breakpoint_:
+        if key not in ("mode", "ttl"):
+            _fail_unknown(f"{where}.{_key(key)}")
+    if "mode" not in breakpoint_:
+        _fail_missing(f"{where}.mode")
+    if breakpoint_["mode"] != "explicit":
+        _fail_value(f"{where}.mode", f"{errors.echo(breakpoint_['mode'])}. Supported values are: 'explicit'.")
+    if "ttl" in breakpoint_ and breakpoint_["ttl"] not in ("30m", "12h"):
+        _fail_value(f"{where}.ttl", f"{errors.echo(breakpoint_['ttl'])}. Supported values are: '30m', '12h'.")
 
 
 def _parse_message(raw: object, at: str) -> InputMessage:

@@ -92,7 +92,7 @@ def test_bad_stream_and_paging_parameters(http: httpx.Client, client: OpenAI) ->
     _error(http.get(f"/responses/{done.id}/input_items", params={"limit": "0"}), 400, "limit")
     _error(http.get(f"/responses/{done.id}/input_items", params={"limit": "101"}), 400, "limit")
     _error(http.get(f"/responses/{done.id}/input_items", params={"order": "sideways"}), 400, "order")
-    _error(http.get(f"/responses/{done.id}/input_items", params={"after": "msg_unknown"}), 400, "after")
+    _error(http.get(f"/responses/{done.id}/input_items", params={"after": "msg_unknown"}), 404, "after", "not_found")
     _error(http.get(f"/responses/{done.id}/input_items", params={"after": "../x"}), 400, "after")
     # past the end is not an error: the replay is just empty up to the terminal event
     tail = http.get(f"/responses/{done.id}", params={"stream": "true", "starting_after": "100000"}, timeout=5)

@@ -362,7 +362,48 @@ BAD_BODIES: list[tuple[str, bytes, str, str | None]] = [
         "unknown_parameter",
         "input[0].content[0].bogus",
     ),
+    (
+        "ignored annotations still an array",
+        body(input=[{"role": "assistant", "content": [{"type": "output_text", "text": "x", "annotations": {}}]}]),
+        "invalid_type",
+        "input[0].content[0].annotations",
+    ),
+    (
+        "ignored logprobs not null",
+        body(input=[{"role": "assistant", "content": [{"type": "output_text", "text": "x", "logprobs": None}]}]),
+        "invalid_type",
+        "input[0].content[0].logprobs",
+    ),
+    (
+        "cache breakpoint without mode",
+        body(input=[{"role": "user", "content": [{"type": "input_text", "text": "x", "prompt_cache_breakpoint": {}}]}]),
+        "missing_required_parameter",
+        "input[0].content[0].prompt_cache_breakpoint.mode",
+    ),
+    (
+        "cache breakpoint bad ttl",
+        body(input=[{"role": "user", "content": [{"type": "input_text", "text": "x", "prompt_cache_breakpoint": {
+            "mode": "explicit", "ttl": "1h"}}]}]),
+        "invalid_value",
+        "input[0].content[0].prompt_cache_breakpoint.ttl",
+    ),
+    (
+        "cache breakpoint unknown key",
+        body(input=[{"role": "user", "content": [{"type": "input_text", "text": "x", "prompt_cache_breakpoint": {
+            "mode": "explicit", "x": 1}}]}]),
+        "unknown_parameter",
+        "input[0].content[0].prompt_cache_breakpoint.x",
+    ),
 ]
+
+
+def test_ignored_part_fields_of_the_right_type_are_accepted() -> None:
+    request = parse_create_request(body(input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "q", "prompt_cache_breakpoint": {
+            "mode": "explicit", "ttl": "12h"}}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []}]},
+    ]))
+    assert isinstance(request.input, list) and [m.content[0].text for m in request.input] == ["q", "a"]
 
 
 @pytest.mark.parametrize(

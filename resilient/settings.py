@@ -43,6 +43,8 @@ class Settings:
     enable_crash_endpoint: bool
     agent_delta_delay_ms: int
     replay_retention_minutes: int
+    # store=false: how long a finished run waits for its client to report it done before it is deleted anyway
+    unstored_grace_seconds: int
     # Optional model
     azure_openai_endpoint: str | None
     azure_openai_deployment: str | None
@@ -68,6 +70,7 @@ class Settings:
             enable_crash_endpoint=_flag(e.get("RESILIENT_ENABLE_CRASH_ENDPOINT"), False),
             agent_delta_delay_ms=_int(e.get("RESILIENT_AGENT_DELTA_DELAY_MS"), 40),
             replay_retention_minutes=_int(e.get("RESILIENT_REPLAY_RETENTION_MINUTES"), 7 * 24 * 60),
+            unstored_grace_seconds=max(1, _int(e.get("RESILIENT_UNSTORED_GRACE_SECONDS"), 120)),
             azure_openai_endpoint=e.get("AZURE_OPENAI_ENDPOINT") or None,
             azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
             azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,

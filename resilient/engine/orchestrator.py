@@ -11,6 +11,7 @@ Flow::
 
     [acquire chain lock → (queued: wait for lock_granted | cancel)]
     plan → run_phase(0) → … → run_phase(n-1) → finalize → [release lock → wake next turn]
+    → [store=false: (client_done | grace timer) → forget]
 
 Transient activity failures are retried here (a timer, then the same activity again) rather than with
 ``call_activity_with_retry``, so the retry policy is visible, replay-tested and identical on every host.
@@ -29,9 +30,12 @@ RUN_PHASE = "run_phase"
 FINALIZE = "finalize_response"
 MARK_QUEUED = "mark_queued"
 WAKE_NEXT = "wake_next_turn"
+FORGET = "forget_response"
 CHAIN_LOCK_ENTITY = "chain_lock"
 LOCK_GRANTED_EVENT = "lock_granted"
 CANCEL_EVENT = "cancel"
+CLIENT_DONE_EVENT = "client_done"
+FORGET_AFTER_KEY = "forget_after_seconds"
 
 PHASE_ATTEMPTS = 3
 FINALIZE_ATTEMPTS = 6
@@ -128,6 +132,8 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
     if holds_lock and lock is not None:
         released = yield context.call_entity(lock, "release", {"response_id": response_id})
         yield from _wake(context, released)
+    if args.get(FORGET_AFTER_KEY) is not None:
+        yield from _forget(context, response_id, int(args[FORGET_AFTER_KEY]))
     return final
 
 
@@ -136,6 +142,18 @@ def _finalize(context: Any, response_id: str, outcome: dict[str, Any]) -> Genera
     final: dict[str, Any] = yield from _call_with_retries(context, FINALIZE, payload, FINALIZE_ATTEMPTS)
     context.set_custom_status({"response_id": response_id, "status": final.get("status")})
     return final
+
+
+def _forget(context: Any, response_id: str, grace_seconds: int) -> Generator[Any, Any, None]:
+    """``store=false``: delete everything once the client is done with the response (``client_done``,
+    raised by the HTTP request that delivered it or lost its client), or ``grace_seconds`` after the run
+    ended when that request is gone too (its worker died). See ``resilient/engine/unstored.py``."""
+    done = context.wait_for_external_event(CLIENT_DONE_EVENT)
+    grace = context.create_timer(context.current_utc_datetime + timedelta(seconds=grace_seconds))
+    winner = yield context.task_any([done, grace])
+    if winner is done:
+        grace.cancel()
+    yield from _call_with_retries(context, FORGET, {"response_id": response_id}, FINALIZE_ATTEMPTS)
 
 
 def _wake(context: Any, answer: Any) -> Generator[Any, Any, None]:

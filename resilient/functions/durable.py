@@ -12,8 +12,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from resilient.engine import chainlock, orchestrator
+from resilient.engine import chainlock, orchestrator, unstored
 from resilient.functions import runtime
+from resilient.functions.history import ClientHistory
 
 
 def _args(payload: Any) -> dict[str, Any]:
@@ -60,6 +61,15 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
         next_id = str(args["response_id"])
         await client.raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
         return {"woken": next_id}
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.FORGET)
+    @bp.durable_client_input(client_name="client")
+    async def forget_response(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:
+        """store=false: delete the response's data now, and this orchestration's history once it ends."""
+        response_id = str(_args(payload)["response_id"])
+        await unstored.forget((await runtime.engine()).storage, response_id)
+        unstored.detach(unstored.purge_history_when_done(ClientHistory(client), response_id), "history purge")
+        return {"forgotten": True}
 
     @bp.entity_trigger(context_name="context", entity_name=orchestrator.CHAIN_LOCK_ENTITY)
     def chain_lock(context: df.DurableEntityContext) -> None:

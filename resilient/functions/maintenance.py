@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 
 import azure.durable_functions as df
 import azure.functions as func
 
+from resilient.engine import unstored
 from resilient.engine.retention import purge_expired
 from resilient.functions import runtime
+from resilient.functions.history import ClientHistory
 
 log = logging.getLogger("resilient.retention")
 
@@ -29,6 +32,10 @@ def maintenance_blueprint() -> df.Blueprint:
 
         purged = await purge_expired(engine.storage, retention_minutes=engine.settings.replay_retention_minutes,
                                      now_epoch_seconds=time.time(), purge_history=purge_history)
-        log.info("cleanup_expired ran", extra={"purged": len(purged), "past_due": timer.past_due})
+        # store=false runs whose own clean-up a crash interrupted (their history, or data and history).
+        forgotten = await unstored.sweep(engine.storage, ClientHistory(client), now=datetime.now(UTC),
+                                         older_than_seconds=engine.settings.unstored_grace_seconds + 600)
+        log.info("cleanup_expired ran", extra={"purged": len(purged), "forgotten": len(forgotten),
+                                               "past_due": timer.past_due})
 
     return bp

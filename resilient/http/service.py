@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from resilient.engine import orchestrator as orch
+from resilient.engine import unstored
 from resilient.engine.snapshot import response_object
 from resilient.http.streaming import tail_events
 from resilient.ids import RESPONSE_PREFIX, InvalidId, new_message_id, new_response_id, validate_id
@@ -88,10 +89,17 @@ class ResponsesService:
         response_id = new_response_id()
         turns_ahead: list[str] = []
         previous_turn: str | None = None
-        if chain_id is not None:
+        if not request.store:
+            # Nothing of a store=false turn may stay behind, so it does not join its chain: it reads the
+            # chain's history as it stands and neither queues, steers nor appears in the chain row.
+            previous_turn = previous
+            if previous_turn is None and chain_id is not None:  # a conversation: after its newest turn
+                previous_turn = (await self.storage.chains.get(chain_id)).latest_response_id
+            chain_id = None
+        elif chain_id is not None:
             turns_ahead, previous_turn = await self._register_turn(
                 chain_id, response_id, previous, is_conversation=request.conversation is not None)
-        elif request.store:
+        else:
             chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
         items = normalize_input_items(request, new_message_id)
         doc: dict[str, Any] = {
@@ -116,8 +124,11 @@ class ResponsesService:
             self.storage.responses.create(response_id, "queued", doc),
             self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
         )
+        run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
+        if not request.store:
+            run_input[orch.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
         try:
-            await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
+            await self.runtime.start(response_id, run_input)
         except Exception:
             log.exception("could not start the orchestration", extra={"response_id": response_id})
             await self._fail_unstarted(response_id)
@@ -203,6 +214,9 @@ class ResponsesService:
                 continue
 
     async def _fail_unstarted(self, response_id: str) -> None:
+        if not (await self.storage.responses.get(response_id)).doc.get("store", True):
+            await unstored.forget(self.storage, response_id)  # nothing will run: nothing may stay
+            return
         try:
             record = await self.storage.responses.transition(
                 response_id, "failed", allowed_from=ACTIVE_STATUSES,
@@ -216,27 +230,44 @@ class ResponsesService:
 
     async def _wait_for_terminal(self, record: ResponseRecord) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event."""
-        async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None):
-            pass
-        final = await self._response(record.response_id)
-        if not record.doc.get("store", True):
-            await self._forget(record.response_id)
-        return final
+        delivered = False
+        try:
+            async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None):
+                pass
+            final = await self._response(record.response_id)
+            delivered = True
+            return final
+        finally:
+            if not record.doc.get("store", True):
+                self._client_done(record.response_id, delivered)
 
     async def _stream_then_forget(self, record: ResponseRecord, starting_after: int) -> AsyncIterator[bytes]:
-        async for frame in tail_events(self.storage.events, record.response_id, starting_after):
-            yield frame
-        if not record.doc.get("store", True):
-            await self._forget(record.response_id)
-
-    async def _forget(self, response_id: str) -> None:
-        """``store=false``: nothing of the response stays once it was delivered."""
+        """The live stream of ``POST /responses``. For ``store=false`` the end of this generator, however
+        it ends (terminal event sent, client gone, worker shutting down), is what lets the run forget."""
+        delivered = False
         try:
-            await self.storage.responses.delete(response_id)
-            await self.storage.items.delete_all(response_id)
-            await self.storage.events.delete(response_id)
-        except Exception:
-            log.exception("cleanup of a store=false response failed", extra={"response_id": response_id})
+            async for frame in tail_events(self.storage.events, record.response_id, starting_after):
+                yield frame
+            delivered = True
+        finally:
+            if not record.doc.get("store", True):
+                self._client_done(record.response_id, delivered)
+
+    def _client_done(self, response_id: str, delivered: bool) -> None:
+        """``store=false``: tell the run its client is done with it (it then deletes everything, see
+        ``resilient/engine/unstored.py``); a client that left early also stops the run. Detached: a
+        stream whose client left is being cancelled and cannot await anything."""
+
+        async def report() -> None:
+            if not delivered:
+                log.info("store=false client gone before the end", extra={"response_id": response_id})
+                await unstored.abandon(self.storage, response_id)
+            try:
+                await self.runtime.raise_event(response_id, orch.CLIENT_DONE_EVENT, {"delivered": delivered})
+            except Exception:  # the run already forgot it after its grace period: nothing left to tell
+                log.info("client_done not delivered", extra={"response_id": response_id})
+
+        unstored.detach(report(), "client_done")
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:

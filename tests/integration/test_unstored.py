@@ -1,0 +1,113 @@
+"""The store=false clean-up pieces against Azurite: forget, abandon, the history purge and the sweep."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from resilient.engine import unstored
+from resilient.ids import new_response_id
+from resilient.storage.factory import Storage
+from resilient.storage.ports import ACTIVE_STATUSES
+
+pytestmark = pytest.mark.azurite
+
+
+async def _stored(storage: Storage, rid: str, status: str = "completed") -> None:
+    big = "x" * 70_000  # spills to a blob (a Table string holds 64 KiB)
+    await storage.items.put_input_items(rid, [{"id": "msg_1", "type": "message", "role": "user",
+                                               "status": "completed", "content": [{"type": "input_text",
+                                                                                   "text": big}]}])
+    await storage.responses.create(rid, "in_progress", {"created_at": 1, "store": False, "instructions": big})
+    await storage.events.create(rid, [{"type": "response.created"}])
+    if status != "in_progress":
+        await storage.responses.transition(rid, status, allowed_from=ACTIVE_STATUSES)
+
+
+async def _left(storage: Storage, rid: str) -> list[str]:
+    """What of ``rid`` is still in the account: table rows and blobs of every container."""
+    clients = storage.clients
+    left: list[str] = []
+    for table in clients.table_names:
+        left += [f"{table}:{e['RowKey']}" async for e in clients.table(table).query_entities(
+            "PartitionKey eq @pk", parameters={"pk": rid})]
+    for container in clients.container_names:
+        left += [f"{container}:{b.name}" async for b in clients.container(container).list_blobs(
+            name_starts_with=rid)]
+    return left
+
+
+async def test_forget_deletes_rows_items_log_and_spilled_blobs_and_can_repeat(storage: Storage) -> None:
+    rid = new_response_id()
+    await _stored(storage, rid)
+    before = await _left(storage, rid)
+    assert any("-spill:" in x for x in before) and any("-events:" in x for x in before), before
+    await unstored.forget(storage, rid)
+    assert await _left(storage, rid) == []
+    await unstored.forget(storage, rid)  # a re-delivered activity, or the sweep after it
+    assert await _left(storage, rid) == []
+
+
+async def test_abandon_stops_a_running_response_and_leaves_a_finished_one(storage: Storage) -> None:
+    running, finished = new_response_id(), new_response_id()
+    await _stored(storage, running, "in_progress")
+    await _stored(storage, finished, "completed")
+    await unstored.abandon(storage, running)
+    await unstored.abandon(storage, finished)
+    await unstored.abandon(storage, new_response_id())  # already forgotten: nothing to do, no error
+    control = await storage.responses.get_control(running)
+    assert (control.status, control.cancel_requested) == ("cancelled", True)
+    assert (await storage.responses.get_control(finished)).status == "completed"
+
+
+class FakeHistory:
+    """A Durable management API with scripted runtime statuses."""
+
+    def __init__(self, statuses: list[str | None], finished: list[str] | None = None) -> None:
+        self.statuses = statuses
+        self.finished = finished or []
+        self.purged: list[str] = []
+        self.asked_before: datetime | None = None
+
+    async def runtime_status(self, instance_id: str) -> str | None:
+        return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+
+    async def purge(self, instance_id: str) -> None:
+        self.purged.append(instance_id)
+
+    async def finished_unstored(self, created_before: datetime) -> list[str]:
+        self.asked_before = created_before
+        return list(self.finished)
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+async def test_history_is_purged_only_once_the_orchestration_finished() -> None:
+    history = FakeHistory(["Running", "Running", "Completed"])
+    assert await unstored.purge_history_when_done(history, "resp_x", sleep=_no_sleep)
+    assert history.purged == ["resp_x"] and history.statuses == ["Completed"]
+
+
+async def test_history_purge_gives_up_on_a_run_that_never_finishes_and_skips_a_purged_one() -> None:
+    stuck = FakeHistory(["Running"])
+    assert not await unstored.purge_history_when_done(stuck, "resp_x", wait_seconds=0.05)
+    assert stuck.purged == []
+    gone = FakeHistory([None])
+    assert await unstored.purge_history_when_done(gone, "resp_x", sleep=_no_sleep)
+    assert gone.purged == []
+
+
+async def test_sweep_forgets_and_purges_finished_unstored_runs(storage: Storage) -> None:
+    leftover, other = new_response_id(), new_response_id()
+    await _stored(storage, leftover)
+    await _stored(storage, other)
+    history = FakeHistory(["Completed"], finished=[leftover])
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    assert await unstored.sweep(storage, history, now=now, older_than_seconds=600) == [leftover]
+    assert history.asked_before == now - timedelta(seconds=600)
+    assert history.purged == [leftover]
+    assert await _left(storage, leftover) == []
+    assert await _left(storage, other) != []  # not named by the management API: untouched

@@ -277,9 +277,10 @@ class ResponsesService:
         record = await self._stored(response_id)
         if stream:
             if not record.doc.get("background", False):
-                raise errors.invalid_request(
+                raise errors.conflict(
+                    errors.CODE_BACKGROUND_REQUIRED,
                     "Streaming a stored response is only possible for responses created with background=true.",
-                    param="stream", code=errors.CODE_BACKGROUND_REQUIRED)
+                    param="stream")
             return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
                                                       finished=self._finished_probe(response_id)),
                               headers=dict(SSE_HEADERS))
@@ -322,13 +323,13 @@ class ResponsesService:
     async def cancel(self, response_id: str) -> HttpResult:
         record = await self._stored(response_id)
         if not record.doc.get("background", False):
-            raise errors.invalid_request("Only responses created with background=true can be cancelled.",
-                                         param="response_id", code=errors.CODE_BACKGROUND_REQUIRED)
+            raise errors.conflict(errors.CODE_BACKGROUND_REQUIRED,
+                                  "Only responses created with background=true can be cancelled.", param="response_id")
         if record.status == "cancelled":
             return HttpResult(200, await self._response(response_id, record))
         if record.status in TERMINAL_STATUSES:
-            raise errors.invalid_request(f"Cannot cancel a response that is already {record.status}.",
-                                         param="response_id", code=errors.CODE_ALREADY_FINISHED)
+            raise errors.conflict(errors.CODE_ALREADY_FINISHED,
+                                  f"Cannot cancel a response that is already {record.status}.", param="response_id")
         was_queued = record.status == "queued"
         try:
             record = await self.storage.responses.transition(
@@ -336,8 +337,9 @@ class ResponsesService:
         except InvalidTransition as lost:
             if lost.current_status == "cancelled":
                 return HttpResult(200, await self._response(response_id))
-            raise errors.invalid_request(f"Cannot cancel a response that is already {lost.current_status}.",
-                                         param="response_id", code=errors.CODE_ALREADY_FINISHED) from None
+            raise errors.conflict(errors.CODE_ALREADY_FINISHED,
+                                  f"Cannot cancel a response that is already {lost.current_status}.",
+                                  param="response_id") from None
         try:  # wakes a queued turn that waits for its chain lock; a running phase sees the flag itself
             await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
         except Exception:
@@ -364,10 +366,10 @@ class ResponsesService:
         for _ in range(CHAIN_CAS_ATTEMPTS):
             record = await self._stored(response_id)  # 404 once another DELETE has marked it
             if record.status in ACTIVE_STATUSES or not await self._run_over(response_id):
-                raise errors.invalid_request(
+                raise errors.conflict(
+                    errors.CODE_STILL_RUNNING,
                     "Cannot delete a response that is still running; cancel it first (a cancelled response can "
-                    "be deleted once its run has stopped, usually within a second).", param="response_id",
-                    code=errors.CODE_STILL_RUNNING)
+                    "be deleted once its run has stopped, usually within a second).", param="response_id")
             try:
                 await self.storage.responses.replace(record, doc_changes={DELETED_MARK: True})
                 break

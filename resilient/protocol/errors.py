@@ -32,8 +32,9 @@ CODE_CONVERSATION_LOCKED = "conversation_locked"
 CODE_FORK_NOT_SUPPORTED = "conversation_fork_not_supported"
 CODE_SERVICE_UNAVAILABLE = "service_unavailable"
 CODE_SERVER_ERROR = "server_error"
-# State conflicts that are the client's to resolve (400, like the OpenAI API): what the response is,
-# not what the request looked like.
+# 409: the request is well formed but the response's state refuses it. Not 400: a request that is valid
+# by docs/openapi.yaml is never a 400, so a client (or a fuzzer) can tell "fix the request" from "not now /
+# not for this response".
 CODE_BACKGROUND_REQUIRED = "background_required"  # stream replay or cancel of a non-background response
 CODE_ALREADY_FINISHED = "response_already_finished"  # cancel of a completed/failed/incomplete response
 CODE_STILL_RUNNING = "response_in_progress"  # delete before the run has stopped
@@ -105,7 +106,9 @@ def not_found(what: str, id: str) -> ApiError:
 
 
 def conflict(code: str, message: str, *, param: str | None = None) -> ApiError:
-    """409 (``conversation_locked``, ``conversation_fork_not_supported``).
+    """409: the response's (or chain's) state refuses a well-formed request (``conversation_locked``,
+    ``conversation_fork_not_supported``, ``background_required``, ``response_already_finished``,
+    ``response_in_progress``).
 
     Not retryable: the client's immediate automatic retries (sub-second) would hit the same busy
     chain; the caller decides when to try a new turn.

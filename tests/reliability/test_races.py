@@ -483,7 +483,7 @@ async def _repeat(rig: Rig, name: str, one: Callable[[Rig, random.Random, bool],
 # --------------------------------------------------------------------------------------------------- races
 async def test_cancel_races_completion(rig: Rig) -> None:
     """R5: a cancel fired together with finalize: exactly one of them wins, on the row and in the log,
-    and the cancel's answer agrees with the outcome (200 cancelled, or 400 already completed)."""
+    and the cancel's answer agrees with the outcome (200 cancelled, or 409 already completed)."""
 
     async def one(rig: Rig, rng: random.Random, probe: bool) -> str:
         answers: list[tuple[int, Any]] = []
@@ -500,7 +500,8 @@ async def test_cancel_races_completion(rig: Rig) -> None:
         if status == 200:
             assert body["status"] == "cancelled" and checked["status"] == "cancelled", (body, checked["status"])
         else:
-            assert (status, body["error"]["param"]) == (400, "response_id"), body
+            assert (status, body["error"]["param"]) == (409, "response_id"), body
+            assert body["error"]["code"] == "response_already_finished", body
             assert checked["status"] == "completed"
         await _check_chain(rig, rid, [rid], probe=probe)
         return str(checked["status"])
@@ -537,7 +538,7 @@ async def test_cancel_races_a_steering_turn(rig: Rig) -> None:
         if status == 200:
             assert a["status"] == "cancelled" and body["status"] == "cancelled", (body, a["status"])
         else:
-            assert status == 400 and a["status"] == "completed", (body, a["status"])
+            assert status == 409 and a["status"] == "completed", (body, a["status"])
         assert b["status"] == "completed" and len(b["output"]) == 1  # nothing behind it: it ran in full
         assert b["doc"]["previous_turn"] == first
         await _check_chain(rig, conv, [first, second[0]], probe=probe)
@@ -588,7 +589,7 @@ def _ran_before(rig: Rig, a: str, b: str) -> bool:
 
 
 async def test_delete_races_an_in_flight_response(rig: Rig) -> None:
-    """Delete is 400 while the response is in flight (also right after a cancel, until its run has
+    """Delete is 409 while the response is in flight (also right after a cancel, until its run has
     written the terminal event) and never leaves a half-deleted response: either it stays intact and
     finishes normally, or it is entirely gone (row, items, log) while its run still ended normally and
     released the chain lock."""
@@ -611,11 +612,11 @@ async def test_delete_races_an_in_flight_response(rig: Rig) -> None:
         [(status, body)] = answers
         outputs = await _settle(rig, [rid])
         assert outputs[rid].get("status") in TERMINAL, outputs[rid]  # the run finalized for real
-        if status == 400:
-            assert body["error"]["param"] == "response_id", body
+        if status == 409:
+            assert (body["error"]["param"], body["error"]["code"]) == ("response_id", "response_in_progress"), body
             checked = await _check_response(rig, rid, outputs[rid])
             status, body = await _call(rig.service.delete(rid))  # over now: delete removes everything
-            outcome = f"400 while {race.point}, intact ({checked['status']})"
+            outcome = f"409 while {race.point}, intact ({checked['status']})"
         else:
             rig.readers.pop(rid).cancel()
             outcome = f"deleted at {race.point}"

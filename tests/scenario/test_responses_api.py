@@ -69,9 +69,10 @@ def test_synchronous_request_returns_the_finished_response(client: OpenAI) -> No
 def test_non_background_stream_then_replay_is_refused(client: OpenAI) -> None:
     events = list(client.responses.create(model="m", input="live", stream=True, metadata=knobs(phases=1)))
     assert events[-1].type == "response.completed" and _seqs(events) == list(range(len(events)))
-    with pytest.raises(openai.BadRequestError) as info:
+    with pytest.raises(openai.ConflictError) as info:
         list(client.responses.retrieve(events[0].response.id, stream=True, starting_after=0))
     assert info.value.body["param"] == "stream"  # type: ignore[index]
+    assert info.value.body["code"] == "background_required"  # type: ignore[index]
 
 
 def test_store_false_streams_and_then_is_gone(client: OpenAI) -> None:
@@ -99,19 +100,22 @@ def test_cancel_background_keeps_partial_output_and_is_idempotent(client: OpenAI
 
 def test_cancel_errors(client: OpenAI) -> None:
     sync = client.responses.create(model="m", input="x", metadata=knobs(phases=1, words=2))
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.ConflictError) as info:
         client.responses.cancel(sync.id)  # not a background response
+    assert info.value.body["code"] == "background_required"  # type: ignore[index]
     done = client.responses.create(model="m", input="x", background=True, metadata=knobs(phases=1, words=2))
     wait_until(lambda: client.responses.retrieve(done.id).status == "completed")
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.ConflictError) as info:
         client.responses.cancel(done.id)  # already finished
+    assert info.value.body["code"] == "response_already_finished"  # type: ignore[index]
 
 
 def test_delete_in_flight_is_refused_then_delete_gives_404(client: OpenAI) -> None:
     created = client.responses.create(model="m", input="x", background=True,
                                       metadata=knobs(phases=2, words=100, delay_ms=10))
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.ConflictError) as info:
         client.responses.delete(created.id)
+    assert info.value.body["code"] == "response_in_progress"  # type: ignore[index]
     client.responses.cancel(created.id)
     wait_until(lambda: _terminal_event_seen(client, created.id))
     client.responses.delete(created.id)

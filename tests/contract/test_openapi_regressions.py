@@ -1,0 +1,214 @@
+"""Regression tests for what fuzzing ``docs/openapi.yaml`` against the app found, each as a plain request:
+the spec and the server must agree (a body the spec allows is accepted, one it forbids is refused), and
+what the server answers validates against the spec.
+
+Found by schemathesis: SSE events described as a bare string (ST108), ``conversation`` with
+``previous_response_id`` allowed by the schema but refused (ST202), state refusals answered 400 to
+spec-valid requests in the stateful phase (ST202). Found by probing: ``background`` without ``store``,
+role/part rules and extra part properties, unbounded ``Last-Event-ID``, Python-``int()`` parsing of
+query and header integers, concurrent DELETEs all answering 200, ``code: null`` on a 4xx.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.contract.conftest import spec, valid, validator
+from tests.hostdouble.api import HostDouble
+
+pytestmark = pytest.mark.azurite
+
+KNOBS = {"research_phases": "2", "words_per_phase": "4", "delta_delay_ms": "0"}
+TERMINAL = {"completed", "failed", "cancelled", "incomplete"}
+
+
+@pytest.fixture(scope="module")
+def http(contract_double: HostDouble) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=contract_double.base_url, timeout=60.0) as session:
+        yield session
+
+
+def create(http: httpx.Client, **fields: Any) -> dict[str, Any]:
+    answer = http.post("/responses", json={"model": "m", "input": "q", "metadata": KNOBS, **fields})
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    assert valid("Response", body), body
+    return body
+
+
+def finished(http: httpx.Client, rid: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        body: dict[str, Any] = http.get(f"/responses/{rid}").json()
+        if body["status"] in TERMINAL:
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+
+
+def refused(answer: httpx.Response, status: int, code: str, param: str | None) -> None:
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert valid("Error", body), body
+    assert (body["error"]["code"], body["error"]["param"]) == (code, param), body
+    assert answer.headers["x-should-retry"] == "false"
+
+
+def sse_events(raw: str) -> list[dict[str, str]]:
+    """The stream as an SSE client parses it: one ``{event, id, data}`` per blank-line-ended block."""
+    events = []
+    for block in raw.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
+        if fields:
+            events.append(fields)
+    return events
+
+
+# --------------------------------------------------------------------------------------------- the stream
+def test_every_sse_event_is_an_object_whose_data_is_a_stream_event(http: httpx.Client) -> None:
+    """ST108: the spec described each event as a bare string. Now: ``{event, id, data}`` with ``data`` a
+    ``StreamEvent`` (one schema per type), ``event`` its type and ``id`` its sequence number."""
+    live = http.post("/responses", json={"model": "m", "input": "q", "metadata": KNOBS, "background": True,
+                                         "stream": True})
+    events = sse_events(live.text)
+    rid = json.loads(events[0]["data"])["response"]["id"]
+    finished(http, rid)
+    replay = sse_events(http.get(f"/responses/{rid}", params={"stream": "true", "starting_after": "2"}).text)
+    assert len(events) > 10 and replay == events[3:]
+    for event in events:
+        assert valid("ServerSentEvent", event), event
+        data = json.loads(event["data"])
+        problems = [e.message for e in validator("StreamEvent").iter_errors(data)]
+        assert not problems, (data["type"], problems[:3])
+        assert (event["event"], event["id"]) == (data["type"], str(data["sequence_number"]))
+    types = {json.loads(e["data"])["type"] for e in events}
+    assert types == set(spec()["components"]["schemas"]["StreamEvent"]["discriminator"]["mapping"]) - {
+        "response.queued", "response.failed", "response.incomplete"}
+
+
+def test_a_bare_string_is_not_an_event() -> None:
+    assert not valid("ServerSentEvent", "event: response.created\nid: 0\ndata: {}")
+    assert not valid("StreamEvent", {"type": "response.output_text.delta", "sequence_number": 0})
+    assert not valid("StreamEvent", {"type": "response.unknown", "sequence_number": 0})
+
+
+# ------------------------------------------------------------------------------------ request body rules
+@pytest.mark.parametrize(("fields", "code", "param"), [
+    ({"previous_response_id": "resp_x", "conversation": "conv_x"}, "mutually_exclusive_parameters",
+     "previous_response_id"),
+    ({"previous_response_id": "resp_x", "conversation": {"id": "conv_x"}}, "mutually_exclusive_parameters",
+     "previous_response_id"),
+    ({"background": True, "store": False}, "unsupported_parameter", "background"),
+    ({"input": [{"role": "assistant", "content": [{"type": "input_text", "text": "a"}]}]}, "invalid_value",
+     "input[0].content[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "output_text", "text": "a"}]}]}, "invalid_value",
+     "input[0].content[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "a", "annotations": []}]}]},
+     "unknown_parameter", "input[0].content[0].annotations"),
+    ({"input": [{"role": "assistant", "content": [{"type": "output_text", "text": "a", "x": 1}]}]},
+     "unknown_parameter", "input[0].content[0].x"),
+    ({"input": [{"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": 1}]}]},
+     "invalid_type", "input[0].content[0].annotations"),
+])
+def test_bodies_the_spec_forbids_are_refused(http: httpx.Client, fields: dict[str, Any], code: str,
+                                             param: str) -> None:
+    body = {"model": "m", "input": "q", **fields}
+    assert not valid("CreateResponseRequest", body)
+    refused(http.post("/responses", json=body), 400, code, param)
+
+
+@pytest.mark.parametrize("fields", [
+    {"previous_response_id": None, "conversation": "conv_regression"},
+    {"background": False, "store": False},
+    {"background": True, "store": None},
+    {"conversation": "conv_"},  # the shortest id the server takes is the shortest the spec allows
+    {"input": [{"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": [],
+                                                  "logprobs": []}]},
+               {"role": "developer", "content": [{"type": "input_text", "text": "b", "prompt_cache_breakpoint": {
+                   "mode": "explicit", "ttl": "30m"}}]}]},
+])
+def test_bodies_the_spec_allows_are_accepted(http: httpx.Client, fields: dict[str, Any]) -> None:
+    body = {"model": "m", "input": "q", "metadata": KNOBS, **fields}
+    assert valid("CreateResponseRequest", body)
+    assert http.post("/responses", json=body).status_code == 200
+
+
+# ----------------------------------------------------------------------------------- state refusals: 409
+def test_a_spec_valid_request_the_state_refuses_is_409_with_a_code(http: httpx.Client) -> None:
+    """ST202 in the stateful phase: cancel of a non-background response and delete of a running one were
+    400 (which means "fix your request"). They are 409 with a code saying why."""
+    foreground = create(http)
+    refused(http.post(f"/responses/{foreground['id']}/cancel"), 409, "background_required", "response_id")
+    refused(http.get(f"/responses/{foreground['id']}", params={"stream": "true"}), 409, "background_required",
+            "stream")
+    running = create(http, background=True, metadata={**KNOBS, "words_per_phase": "400", "delta_delay_ms": "20"})
+    refused(http.delete(f"/responses/{running['id']}"), 409, "response_in_progress", "response_id")
+    assert http.post(f"/responses/{running['id']}/cancel").json()["status"] == "cancelled"
+    done = create(http, background=True)
+    finished(http, done["id"])
+    refused(http.post(f"/responses/{done['id']}/cancel"), 409, "response_already_finished", "response_id")
+
+
+def test_concurrent_deletes_answer_200_once_then_404(http: httpx.Client, contract_double: HostDouble) -> None:
+    rid = create(http, background=True)["id"]
+    finished(http, rid)
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(lambda _: httpx.delete(f"{contract_double.base_url}/responses/{rid}", timeout=30),
+                                range(10)))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] + [404] * 9, [(a.status_code, a.text[:120]) for a in answers]
+    assert [a.json() for a in answers if a.status_code == 200] == [
+        {"id": rid, "object": "response.deleted", "deleted": True}]
+    for answer in answers:
+        if answer.status_code == 404:
+            assert answer.json()["error"]["code"] == "not_found"
+    refused(http.delete(f"/responses/{rid}"), 404, "not_found", None)
+
+
+# ---------------------------------------------------------------------------- integers in query/headers
+@pytest.mark.parametrize("raw", ["1_0", "+5", " 5", "5 ", "５", "٥", "1e1", "0x1", "", "-0.0"])
+def test_query_and_header_integers_are_ascii_digits(http: httpx.Client, raw: str) -> None:
+    done = create(http, background=True)
+    rid = done["id"]
+    finished(http, rid)
+    refused(http.get(f"/responses/{rid}", params={"stream": "true", "starting_after": raw}), 400, "invalid_type",
+            "starting_after")
+    refused(http.get(f"/responses/{rid}/input_items", params={"limit": raw}), 400, "invalid_type", "limit")
+    if raw and raw == raw.strip():  # HTTP trims header values: " 5" arrives as a valid "5"
+        answer = http.get(f"/responses/{rid}", params={"stream": "true"}, headers={"Last-Event-ID": raw.encode()})
+        refused(answer, 400, "invalid_type", "Last-Event-ID")
+
+
+def test_last_event_id_is_bounded_like_starting_after(http: httpx.Client) -> None:
+    parameters = spec()["components"]["parameters"]
+    bounds = [(p["schema"]["minimum"], p["schema"]["maximum"]) for p in
+              (parameters["LastEventId"], parameters["StartingAfter"])]
+    assert bounds[0] == bounds[1] == (-1, 2**53)
+    done = create(http, background=True)
+    finished(http, done["id"])
+    too_big = str(2**53 + 1)
+    answer = http.get(f"/responses/{done['id']}", params={"stream": "true"}, headers={"Last-Event-ID": too_big})
+    refused(answer, 400, "invalid_value", "Last-Event-ID")
+    answer = http.get(f"/responses/{done['id']}", params={"stream": "true"}, headers={"Last-Event-ID": str(2**53)})
+    assert answer.status_code == 200 and sse_events(answer.text) == []  # past the end: empty, closed
+
+
+# ------------------------------------------------------------------------------------------------ links
+def test_create_links_to_every_id_operation_and_to_the_next_turn() -> None:
+    """Without links a stateful fuzzer cannot follow an id from create to the operations that take it."""
+    document = spec()
+    links = document["paths"]["/responses"]["post"]["responses"]["200"]["links"]
+    targets = {document["components"]["links"][link["$ref"].rsplit("/", 1)[1]]["operationId"]
+               for link in links.values()}
+    id_operations = {op["operationId"] for path, item in document["paths"].items() if "{response_id}" in path
+                     for key, op in item.items() if key != "parameters"}
+    assert id_operations <= targets and "createResponse" in targets
+    continue_chain = document["components"]["links"]["ContinueChain"]
+    assert continue_chain["requestBody"] == {"previous_response_id": "$response.body#/id"}

@@ -1,0 +1,55 @@
+"""``docs/openapi.yaml`` against the running app, as an outside client would test it: schemathesis (the same
+CLI engine anyone runs) fuzzes every operation in all four phases (examples, coverage, fuzzing, stateful,
+following the spec's links from create to get/cancel/delete/input_items/previous_response_id) with every
+check except the ones that need auth keys the double does not have (``ignored_auth``,
+``missing_required_header``) and 404-vs-405 routing (``unsupported_method``: the Functions host answers
+404 for a method no function takes).
+
+Bounded so CI stays quick: ``SCHEMATHESIS_MAX_EXAMPLES`` examples per operation (default 15) and a fixed
+seed (``SCHEMATHESIS_SEED``), which also makes a failure reproducible. A failure found here becomes a
+plain regression test in ``tests/contract/test_openapi_regressions.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.contract.conftest import OPENAPI
+from tests.hostdouble.api import HostDouble
+
+pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+
+EXCLUDED_CHECKS = "ignored_auth,missing_required_header,unsupported_method"
+SEED = int(os.environ.get("SCHEMATHESIS_SEED", "20261201"))
+MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "15"))
+PHASES = ("examples", "coverage", "fuzzing", "stateful")
+
+
+def test_the_app_conforms_to_its_openapi_document(contract_double: HostDouble, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    command = [
+        str(Path(sys.executable).with_name("schemathesis")), "run", str(OPENAPI),
+        "--url", contract_double.base_url,
+        "--checks", "all", "--exclude-checks", EXCLUDED_CHECKS,
+        "--phases", ",".join(PHASES),
+        "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2",
+        "--request-timeout", "60", "--generation-database", "none", "--no-color",
+        "--report", "json", "--report-json-path", str(report),
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    output = run.stdout[-12000:] + run.stderr[-4000:]
+    assert report.exists(), output
+    result = json.loads(report.read_text())
+    assert result["failures"] == [] and result["errors"] == [], output
+    assert run.returncode == 0, output
+    assert result["operations"]["tested"] == result["operations"]["selected"] == 6, result["operations"]
+    ran = {phase: state["status"] for phase, state in result["phases"].items()}
+    assert all(ran.get(phase) == "success" for phase in PHASES), ran  # the stateful phase included
+    assert result["test_cases"]["generated"] >= 100, result["test_cases"]
+    assert contract_double.stats()["worker_restarts"] == 0  # no request killed or hung the worker

@@ -8,13 +8,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "CONTRACT_TESTS.md"
-RULES = [f"R{i}" for i in range(1, 9)] + [f"S{i}" for i in range(1, 6)] + [f"E{i}" for i in range(1, 10)]
+RULES = [f"R{i}" for i in range(1, 9)] + [f"S{i}" for i in range(1, 6)] + [f"E{i}" for i in range(1, 14)] + ["P1"]
 
 
 def _rows() -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
     for line in TABLE.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"\|\s*([RSE]\d+)\s*\|[^|]*\|(.*)\|\s*$", line)
+        match = re.match(r"\|\s*([RSEP]\d+)\s*\|[^|]*\|(.*)\|\s*$", line)
         if match:
             rows[match.group(1)] = re.findall(r"`([^`]+::[^`]+)`", match.group(2))
     return rows

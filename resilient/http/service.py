@@ -214,10 +214,10 @@ class ResponsesService:
                 continue
 
     async def _fail_unstarted(self, response_id: str) -> None:
-        if not (await self.storage.responses.get(response_id)).doc.get("store", True):
-            await unstored.forget(self.storage, response_id)  # nothing will run: nothing may stay
-            return
         try:
+            if not (await self.storage.responses.get(response_id)).doc.get("store", True):
+                await unstored.forget(self.storage, response_id)  # nothing will run: nothing may stay
+                return
             record = await self.storage.responses.transition(
                 response_id, "failed", allowed_from=ACTIVE_STATUSES,
                 doc_changes={"error": {"code": "server_error", "message": "The run could not be started."}},

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import secrets
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from resilient.engine import unstored
+from resilient.http.service import HttpResult, ResponsesService, guarded
 from resilient.ids import new_response_id
+from resilient.settings import Settings
 from resilient.storage.factory import Storage
 from resilient.storage.ports import ACTIVE_STATUSES
 
@@ -111,3 +117,70 @@ async def test_sweep_forgets_and_purges_finished_unstored_runs(storage: Storage)
     assert history.purged == [leftover]
     assert await _left(storage, leftover) == []
     assert await _left(storage, other) != []  # not named by the management API: untouched
+
+
+# ------------------------------------------------------------------------------ the HTTP side of store=false
+class Runtime:
+    """The Durable port of the service: records starts and raised events; can refuse to start."""
+
+    def __init__(self, *, fail_start: bool = False) -> None:
+        self.fail_start = fail_start
+        self.started: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, Any]] = []
+
+    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
+        self.started[instance_id] = payload
+        if self.fail_start:
+            raise RuntimeError("durable backend down")
+
+    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
+        self.events.append((instance_id, name, data))
+
+
+async def _create(service: ResponsesService, **body: Any) -> HttpResult:
+    return await service.create(json.dumps({"model": "m", "input": "q", **body}).encode())
+
+
+async def test_a_store_false_turn_reads_its_chain_but_does_not_join_it(storage: Storage, settings: Settings) -> None:
+    runtime = Runtime()
+    service = ResponsesService(storage, runtime, dataclasses.replace(settings, unstored_grace_seconds=7))
+    conv = "conv_" + secrets.token_hex(6)
+    root = (await _create(service, conversation=conv, background=True)).body["id"]
+    chain_before = await storage.chains.get(conv)
+    result = await _create(service, conversation=conv, store=False, stream=True)
+    [rid] = [r for r in runtime.started if r != root]
+    assert runtime.started[rid] == {"response_id": rid, "chain_id": None, "forget_after_seconds": 7}
+    assert (await storage.responses.get(rid)).doc["previous_turn"] == root  # its history: the chain so far
+    chain_after = await storage.chains.get(conv)
+    assert (chain_after.latest_response_id, chain_after.open_turns) == (root, chain_before.open_turns)
+    assert (await storage.responses.get_control(root)).pending_input_count == 0  # it steered nobody
+    assert result.stream is not None
+    await result.stream.aclose()  # never iterated: nothing to report yet (the grace timer covers it)
+    await unstored.wait_detached()
+    assert runtime.events == []
+
+
+async def test_a_client_leaving_a_store_false_stream_stops_the_run_and_reports(storage: Storage,
+                                                                               settings: Settings) -> None:
+    runtime = Runtime()
+    service = ResponsesService(storage, runtime, settings)
+    result = await _create(service, store=False, stream=True)
+    assert result.stream is not None
+    first = await anext(result.stream)
+    assert b"response.created" in first
+    await result.stream.aclose()  # the client went away after the first event
+    await unstored.wait_detached()
+    [rid] = runtime.started
+    assert runtime.events == [(rid, "client_done", {"delivered": False})]
+    control = await storage.responses.get_control(rid)
+    assert (control.status, control.cancel_requested) == ("cancelled", True)
+
+
+async def test_a_store_false_response_whose_run_cannot_start_is_forgotten_at_once(storage: Storage,
+                                                                                  settings: Settings) -> None:
+    runtime = Runtime(fail_start=True)
+    service = ResponsesService(storage, runtime, settings)
+    answer = await guarded(_create(service, store=False))
+    assert (answer.status, answer.body["error"]["code"]) == (503, "service_unavailable")
+    [rid] = runtime.started
+    assert await _left(storage, rid) == []

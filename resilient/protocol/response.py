@@ -85,14 +85,16 @@ def build_response(
     }
 
 
-def usage_for(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def usage_for(
+    input_tokens: int, output_tokens: int, *, cached_tokens: int = 0, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     """Token usage. ``cached_tokens``, ``cache_write_tokens`` and ``reasoning_tokens`` are required by
     the installed client's ``ResponseUsage`` under strict validation, so they are always present."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 

@@ -109,7 +109,10 @@ type PhaseOutput = str | FunctionCall | FunctionCallDelta | ApprovalRequest | Us
 
 
 class AgentError(Exception):
-    """Base of the errors an agent raises on purpose; the message reaches the client's ``error``."""
+    """Base of the errors an agent raises on purpose; the message reaches the client's ``error``.
+    ``code`` is the response's ``error.code`` (a value the client's ``ResponseError`` allows)."""
+
+    code: str = "server_error"
 
 
 class PermanentAgentError(AgentError):

@@ -29,13 +29,18 @@ class Continuation:
 async def check_continuation(
     storage: Storage, request: CreateResponseRequest, previous_turn: str | None
 ) -> Continuation:
-    """Validate the request's tool outputs and approval answers against the chain (400s name the item)."""
+    """Validate the request's tool outputs and approval answers against the chain.
+
+    What they refer to must exist (else 404 ``not_found``, like any reference that names nothing), and
+    the chain's state must allow the turn (else 409): these depend on stored turns, so a request that is
+    valid by docs/openapi.yaml is never refused with a 400 here, except for a ``call_id`` answered twice.
+    """
     outputs = request.function_outputs()
     approvals = request.approval_responses()
     if previous_turn is None:
         if outputs or approvals:
-            raise _bad(0, "call_id" if outputs else "approval_request_id",
-                       "this conversation has no earlier turn to answer.")
+            raise _not_found(0, "call_id" if outputs else "approval_request_id",
+                             "this conversation has no earlier turn to answer.")
         return Continuation()
     previous_output = await _output_of(storage, previous_turn)
     positions = {id(item): i for i, item in enumerate(request.items())}
@@ -47,27 +52,33 @@ async def check_continuation(
             issued |= await _earlier_calls(storage, previous_turn)
         for output in outputs:
             if output.call_id not in issued:
-                raise errors.invalid_request(
+                raise errors.ApiError(
+                    404, errors.INVALID_REQUEST,
                     f"No tool call found for function call output with call_id {errors.echo(output.call_id)}.",
-                    param=f"input[{positions[id(output)]}].call_id", code=errors.CODE_INVALID_VALUE)
+                    param=f"input[{positions[id(output)]}].call_id", code=errors.CODE_NOT_FOUND)
+        seen: set[str] = set()
+        for output in outputs:
+            if output.call_id in seen:
+                raise errors.invalid_request(f"{errors.echo(output.call_id)} is answered more than once.",
+                                             param=f"input[{positions[id(output)]}]", code=errors.CODE_INVALID_VALUE)
+            seen.add(output.call_id)
     answered = {o.call_id for o in outputs}
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
-            raise errors.invalid_request(
+            raise errors.conflict(
+                errors.CODE_TOOL_OUTPUT_REQUIRED,
                 f"No tool output found for function call {errors.echo(item.get('call_id'))}: answer every call "
-                "of the previous response with a function_call_output item.", param="input",
-                code=errors.CODE_INVALID_VALUE)
+                "of the previous response with a function_call_output item.", param="input")
 
     if not approvals:
         return Continuation()
-    if len(approvals) > 1:
-        raise _bad(positions[id(approvals[1])], "approval_request_id", "a turn can answer one approval request.")
-    answer = approvals[0]
+    answer = approvals[0]  # the request allows one (parse_create_request)
     pending = [i for i in previous_output if i.get("type") == "mcp_approval_request"]
     if not pending or pending[-1].get("id") != answer.approval_request_id:
-        raise errors.invalid_request(
+        raise errors.ApiError(
+            404, errors.INVALID_REQUEST,
             f"No pending approval request with id {errors.echo(answer.approval_request_id)} in the previous "
-            "response.", param=f"input[{positions[id(answer)]}].approval_request_id", code=errors.CODE_INVALID_VALUE)
+            "response.", param=f"input[{positions[id(answer)]}].approval_request_id", code=errors.CODE_NOT_FOUND)
     return Continuation(resume={
         "from": previous_turn,
         "approval_request_id": answer.approval_request_id,
@@ -101,6 +112,6 @@ async def _earlier_calls(storage: Storage, previous_turn: str) -> set[str]:
     return found
 
 
-def _bad(position: int, field: str, detail: str) -> errors.ApiError:
-    return errors.invalid_request(f"Invalid value for 'input[{position}].{field}': {detail}",
-                                  param=f"input[{position}].{field}", code=errors.CODE_INVALID_VALUE)
+def _not_found(position: int, field: str, detail: str) -> errors.ApiError:
+    return errors.ApiError(404, errors.INVALID_REQUEST, f"Nothing to answer for 'input[{position}].{field}': {detail}",
+                           param=f"input[{position}].{field}", code=errors.CODE_NOT_FOUND)

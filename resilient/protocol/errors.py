@@ -39,6 +39,7 @@ CODE_SERVER_ERROR = "server_error"
 CODE_BACKGROUND_REQUIRED = "background_required"  # stream replay or cancel of a non-background response
 CODE_ALREADY_FINISHED = "response_already_finished"  # cancel of a completed/failed/incomplete response
 CODE_STILL_RUNNING = "response_in_progress"  # delete before the run has stopped
+CODE_TOOL_OUTPUT_REQUIRED = "tool_output_required"  # a turn after function calls that does not answer them all
 
 _MAX_ECHO = 64
 

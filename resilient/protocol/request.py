@@ -108,8 +108,9 @@ def _json_kind(value: object) -> str:
     return type(value).__name__
 
 
-def _fail(param: str | None, code: str, message: str) -> NoReturn:
-    raise PydanticCustomError("api_error", "{message}", {"param": param, "code": code, "message": message})
+def _fail(param: str | None, code: str, message: str, *, status: int = 400) -> NoReturn:
+    raise PydanticCustomError("api_error", "{message}",
+                              {"param": param, "code": code, "message": message, "status": status})
 
 
 def _fail_type(param: str, expected: str, value: object) -> NoReturn:
@@ -553,20 +554,23 @@ class CreateResponseRequest(BaseModel):
         if self.tool_choice == "required" and not names:
             _fail_value("tool_choice", "'required' needs at least one tool in 'tools'.")
         if isinstance(self.tool_choice, dict) and self.tool_choice["name"] not in names:
-            _fail_value("tool_choice.name", f"{errors.echo(self.tool_choice['name'])} is not one of the tools.")
+            # A reference that names nothing is a 404, as for an unknown previous_response_id: a
+            # cross-reference inside the body is the one rule docs/openapi.yaml cannot express.
+            _fail("tool_choice.name", errors.CODE_NOT_FOUND,
+                  f"No tool named {errors.echo(self.tool_choice['name'])} in 'tools'.", status=404)
         continuing = self.previous_response_id is not None or self.conversation is not None
-        answered: set[str] = set()
+        approvals = 0
         for i, item in enumerate(self.items()):
             if isinstance(item, FunctionCallOutput | ApprovalResponse) and not continuing:
                 what = "call_id" if isinstance(item, FunctionCallOutput) else "approval_request_id"
                 _fail_value(f"input[{i}].{what}", "a function_call_output or mcp_approval_response answers an "
                             "earlier turn: send it with previous_response_id (or conversation).")
-            key = item.call_id if isinstance(item, FunctionCallOutput) else (
-                item.approval_request_id if isinstance(item, ApprovalResponse) else None)
-            if key is not None:
-                if key in answered:
-                    _fail_value(f"input[{i}]", f"{errors.echo(key)} is answered more than once.")
-                answered.add(key)
+            if isinstance(item, ApprovalResponse):
+                approvals += 1
+                if approvals > 1:
+                    _fail_value(f"input[{i}].approval_request_id", "a turn can answer one approval request.")
+        # A call_id answered twice is refused by the continuation check, once every call_id is known to
+        # have been issued (an unknown one is a 404 first).
         return self
 
     def items(self) -> list[InputItem]:
@@ -610,7 +614,8 @@ _EXPECTED: dict[str, str] = {
 def _api_error_of(error: ErrorDetails) -> ApiError:
     ctx = error.get("ctx") or {}
     if error["type"] == "api_error":
-        return invalid_request(str(ctx["message"]), param=ctx["param"], code=str(ctx["code"]))
+        return ApiError(int(ctx.get("status", 400)), errors.INVALID_REQUEST, str(ctx["message"]), param=ctx["param"],
+                        code=str(ctx["code"]))
     param = _param_of(error["loc"])
     if error["type"] == "extra_forbidden":
         return invalid_request(

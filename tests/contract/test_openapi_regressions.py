@@ -82,6 +82,9 @@ def test_every_sse_event_is_an_object_whose_data_is_a_stream_event(http: httpx.C
     finished(http, rid)
     replay = sse_events(http.get(f"/responses/{rid}", params={"stream": "true", "starting_after": "2"}).text)
     assert len(events) > 10 and replay == events[3:]
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    events += sse_events(http.post("/responses", json={"model": "m", "input": "q", "metadata": KNOBS,
+                                                       "tools": [tool], "stream": True}).text)
     for event in events:
         assert valid("ServerSentEvent", event), event
         data = json.loads(event["data"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import BadRequestError, OpenAI
+from openai import BadRequestError, ConflictError, NotFoundError, OpenAI
 
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import knobs, rebuild
@@ -76,16 +76,17 @@ def test_tool_choice_none_runs_the_phases_without_calling(client: OpenAI) -> Non
     assert response.tool_choice == "none"
 
 
-def test_unknown_call_id_and_unanswered_calls_are_400(client: OpenAI) -> None:
+def test_unknown_call_id_is_404_and_unanswered_calls_are_409(client: OpenAI) -> None:
     first = client.responses.create(model="m", input=QUESTION, tools=[LOOKUP], metadata=knobs())  # type: ignore[list-item]
-    with pytest.raises(BadRequestError) as unknown:
+    with pytest.raises(NotFoundError) as unknown:
         client.responses.create(model="m", previous_response_id=first.id, input=[
             {"type": "function_call_output", "call_id": "call_never_issued", "output": "x"}])
     assert unknown.value.body["param"] == "input[0].call_id"  # type: ignore[index]
     assert "call_never_issued" in unknown.value.body["message"]  # type: ignore[index]
-    with pytest.raises(BadRequestError) as unanswered:
+    with pytest.raises(ConflictError) as unanswered:
         client.responses.create(model="m", previous_response_id=first.id, input="just chatting")
     assert "No tool output found" in unanswered.value.body["message"]  # type: ignore[index]
+    assert unanswered.value.body["code"] == "tool_output_required"  # type: ignore[index]
     # The refused turns left no trace: the chain still continues from the first turn.
     call = first.output[0]
     ok = client.responses.create(model="m", previous_response_id=first.id, metadata=knobs(phases=1), input=[
@@ -155,7 +156,7 @@ def test_approval_stream_and_bad_answers(client: OpenAI) -> None:
     assert final.output[-1].type == "mcp_approval_request"
     assert plain(final) == plain(client.responses.retrieve(final.id))
     assert [i["type"] for i in rebuild_any(events)] == ["message", "mcp_approval_request"]
-    with pytest.raises(BadRequestError) as wrong:
+    with pytest.raises(NotFoundError) as wrong:
         client.responses.create(model="m", previous_response_id=final.id, input=[
             {"type": "mcp_approval_response", "approval_request_id": "mcpr_unknown", "approve": True}])
     assert wrong.value.body["param"] == "input[0].approval_request_id"  # type: ignore[index]

@@ -101,18 +101,20 @@ def test_crash_endpoint_is_admin_only(indexed: dict[str, dict[str, Any]]) -> Non
 def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) -> None:
     (orch,) = _by_type(indexed["responses_orchestrator"], "orchestrationTrigger")
     assert orch["name"] == "context"
-    for activity in ("plan_response", "run_phase", "finalize_response", "mark_queued", "wake_next_turn"):
+    for activity in ("plan_response", "run_phase", "finalize_response", "mark_queued", "wake_next_turn",
+                     "forget_response"):
         (trigger,) = _by_type(indexed[activity], "activityTrigger")
         assert trigger["name"] == "payload"
-    assert _by_type(indexed["wake_next_turn"], "durableClient")[0]["name"] == "client"
+    for with_client in ("wake_next_turn", "forget_response"):  # raises an event; purges a store=false history
+        assert _by_type(indexed[with_client], "durableClient")[0]["name"] == "client"
     (entity,) = _by_type(indexed["chain_lock"], "entityTrigger")
     assert entity["name"] == "context"
 
 
 def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
     expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "plan_response", "run_phase",
-                                   "finalize_response", "mark_queued", "wake_next_turn", "chain_lock",
-                                   "__http_v2__"}
+                                   "finalize_response", "mark_queued", "wake_next_turn", "forget_response",
+                                   "chain_lock", "__http_v2__"}
     assert set(indexed) == expected | {"cleanup_expired"}
 
 

@@ -119,6 +119,18 @@ def test_a_bare_string_is_not_an_event() -> None:
      "unknown_parameter", "input[0].content[0].x"),
     ({"input": [{"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": 1}]}]},
      "invalid_type", "input[0].content[0].annotations"),
+    ({"tool_choice": "required"}, "invalid_value", "tool_choice"),
+    ({"input": [{"type": "mcp_approval_response", "approval_request_id": "i", "approve": False}]},
+     "invalid_value", "input[0].approval_request_id"),  # ST202: an answer needs an earlier turn
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "o"}], "previous_response_id": None},
+     "invalid_value", "input[0].call_id"),
+    ({"previous_response_id": "resp_x", "input": [
+        {"type": "mcp_approval_response", "approval_request_id": "a", "approve": True},
+        {"type": "mcp_approval_response", "approval_request_id": "b", "approve": True}]},
+     "invalid_value", "input[1].approval_request_id"),
+    ({"tools": [{"type": "function", "name": "f"}] * 2}, "invalid_value", "tools[1].name"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "string"}}]}, "invalid_value",
+     "tools[0].parameters.type"),
 ])
 def test_bodies_the_spec_forbids_are_refused(http: httpx.Client, fields: dict[str, Any], code: str,
                                              param: str) -> None:
@@ -144,6 +156,28 @@ def test_bodies_the_spec_allows_are_accepted(http: httpx.Client, fields: dict[st
 
 
 # ----------------------------------------------------------------------------------- state refusals: 409
+def test_a_reference_that_names_nothing_is_404(http: httpx.Client) -> None:
+    """The schema cannot say "one of the request's tools" or "a call_id this chain issued": a spec-valid
+    body whose reference resolves to nothing is a 404 naming the field, never a 400."""
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    body = {"model": "m", "input": "q", "tools": [tool], "tool_choice": {"type": "function", "name": "other"}}
+    assert valid("CreateResponseRequest", body)
+    refused(http.post("/responses", json=body), 404, "not_found", "tool_choice.name")
+    called = create(http, tools=[tool])
+    assert [item["type"] for item in called["output"]] == ["function_call"]
+    answer = {"model": "m", "previous_response_id": called["id"], "input": [
+        {"type": "function_call_output", "call_id": "call_never_issued", "output": "x"}]}
+    assert valid("CreateResponseRequest", answer)
+    refused(http.post("/responses", json=answer), 404, "not_found", "input[0].call_id")
+    conversation = {"model": "m", "conversation": "conv_emptyregression", "input": [
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}]}
+    refused(http.post("/responses", json=conversation), 404, "not_found", "input[0].approval_request_id")
+    # ContinueChain after a turn that ended with a call: the chain's state asks for the tool output.
+    follow = {"model": "m", "previous_response_id": called["id"], "input": "and now?"}
+    assert valid("CreateResponseRequest", follow)
+    refused(http.post("/responses", json=follow), 409, "tool_output_required", "input")
+
+
 def test_a_spec_valid_request_the_state_refuses_is_409_with_a_code(http: httpx.Client) -> None:
     """ST202 in the stateful phase: cancel of a non-background response and delete of a running one were
     400 (which means "fix your request"). They are 409 with a code saying why."""

@@ -33,7 +33,8 @@ async def check_continuation(
 
     What they refer to must exist (else 404 ``not_found``, like any reference that names nothing), and
     the chain's state must allow the turn (else 409): these depend on stored turns, so a request that is
-    valid by docs/openapi.yaml is never refused with a 400 here, except for a ``call_id`` answered twice.
+    valid by docs/openapi.yaml is never refused with a 400 here. A ``call_id`` answered twice is a 409 too
+    (a rule between items that the spec cannot state).
     """
     outputs = request.function_outputs()
     approvals = request.approval_responses()
@@ -59,8 +60,9 @@ async def check_continuation(
         seen: set[str] = set()
         for output in outputs:
             if output.call_id in seen:
-                raise errors.invalid_request(f"{errors.echo(output.call_id)} is answered more than once.",
-                                             param=f"input[{positions[id(output)]}]", code=errors.CODE_INVALID_VALUE)
+                raise errors.conflict(errors.CODE_DUPLICATE_CALL_OUTPUT,
+                                      f"{errors.echo(output.call_id)} is answered more than once.",
+                                      param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
     answered = {o.call_id for o in outputs}
     for item in previous_output:

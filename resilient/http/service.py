@@ -52,6 +52,7 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 CHAIN_CAS_ATTEMPTS = 20
 FINALIZE_GRACE_SECONDS = 120.0  # > the orchestrator's finalize retries (2+4+8+16+32 s)
 ORCHESTRATOR_NAME = "responses_orchestrator"
+RUN_OVER_WAIT_SECONDS = 2.0
 DELETED_MARK = "deleted"  # doc key set by the one DELETE that wins; the row is 404 from then on
 
 
@@ -388,7 +389,7 @@ class ResponsesService:
         marked, finished row, which the retention clean-up removes with everything else later."""
         for _ in range(CHAIN_CAS_ATTEMPTS):
             record = await self._stored(response_id)  # 404 once another DELETE has marked it
-            if record.status in ACTIVE_STATUSES or not await self._run_over(response_id):
+            if record.status in ACTIVE_STATUSES or not await self._run_over_soon(response_id):
                 raise errors.conflict(
                     errors.CODE_STILL_RUNNING,
                     "Cannot delete a response that is still running; cancel it first (a cancelled response can "
@@ -405,6 +406,17 @@ class ResponsesService:
         await self.storage.responses.delete(response_id)
         log.info("deleted", extra={"response_id": response_id})
         return HttpResult(200, {"id": response_id, "object": "response.deleted", "deleted": True})
+
+    async def _run_over_soon(self, response_id: str) -> bool:
+        """``_run_over``, waiting up to RUN_OVER_WAIT_SECONDS: a terminal status comes a moment before the
+        terminal event (finalize's CAS, then its append; a cancel, then the run's next delta), and a client
+        that saw ``completed`` or just cancelled should not get a 409 for that moment."""
+        deadline = time.monotonic() + RUN_OVER_WAIT_SECONDS
+        while not await self._run_over(response_id):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     async def _run_over(self, response_id: str) -> bool:
         """Whether the run has written its terminal event. A cancel sets the terminal status at once, but

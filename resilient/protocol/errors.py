@@ -40,6 +40,9 @@ CODE_BACKGROUND_REQUIRED = "background_required"  # stream replay or cancel of a
 CODE_ALREADY_FINISHED = "response_already_finished"  # cancel of a completed/failed/incomplete response
 CODE_STILL_RUNNING = "response_in_progress"  # delete before the run has stopped
 CODE_TOOL_OUTPUT_REQUIRED = "tool_output_required"  # a turn after function calls that does not answer them all
+# 409 too: two parts of one request that conflict, by a rule JSON Schema cannot state (so no 400).
+CODE_DUPLICATE_TOOL_NAME = "duplicate_tool_name"
+CODE_DUPLICATE_CALL_OUTPUT = "duplicate_call_output"
 
 _MAX_ECHO = 64
 

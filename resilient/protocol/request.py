@@ -495,8 +495,9 @@ class CreateResponseRequest(BaseModel):
         tools = [_parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
         seen: set[str] = set()
         for i, tool in enumerate(tools):
-            if tool.name in seen:
-                _fail_value(f"tools[{i}].name", f"{errors.echo(tool.name)}: tool names must be unique.")
+            if tool.name in seen:  # 409: a rule between items that docs/openapi.yaml cannot state (no 400)
+                _fail(f"tools[{i}].name", errors.CODE_DUPLICATE_TOOL_NAME,
+                      f"{errors.echo(tool.name)}: tool names must be unique.", status=409)
             seen.add(tool.name)
         return tools
 

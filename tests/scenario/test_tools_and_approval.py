@@ -99,12 +99,18 @@ def test_unknown_call_id_is_404_and_unanswered_calls_are_409(client: OpenAI) -> 
     ([{"type": "function", "name": "bad name"}], "tools[0].name"),
     ([{"type": "function", "name": "f", "parameters": {"type": "object", "properties": 5}}],
      "tools[0].parameters.properties"),
-    ([{"type": "function", "name": "f"}, {"type": "function", "name": "f"}], "tools[1].name"),
 ])
 def test_malformed_tools_are_400(http: httpx.Client, tools: list[dict[str, Any]], param: str) -> None:
     answer = http.post("/responses", json={"model": "m", "input": "x", "tools": tools})
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == param
+
+
+def test_two_tools_with_one_name_are_409(http: httpx.Client) -> None:
+    tools = [{"type": "function", "name": "f"}, {"type": "function", "name": "f", "description": "again"}]
+    answer = http.post("/responses", json={"model": "m", "input": "x", "tools": tools})
+    assert answer.status_code == 409
+    assert (answer.json()["error"]["param"], answer.json()["error"]["code"]) == ("tools[1].name", "duplicate_tool_name")
 
 
 def _approval(response: Any) -> Any:

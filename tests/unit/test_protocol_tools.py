@@ -42,11 +42,16 @@ def test_function_tools_and_tool_choice_are_accepted() -> None:
     ({"tools": [{**TOOL, "parameters": {"type": "string"}}]}, "tools[0].parameters.type", "invalid_value"),
     ({"tools": [{**TOOL, "extra": 1}]}, "tools[0].extra", "unknown_parameter"),
     ({"tools": [{"type": "function"}]}, "tools[0].name", "missing_required_parameter"),
-    ({"tools": [TOOL] * 2}, "tools[1].name", "invalid_value"),
 ])
 def test_bad_tools_name_the_param(body: dict[str, Any], param: str, code: str) -> None:
     error = _error({"input": "x", **body})
     assert (error.status, error.param, error.code) == (400, param, code)
+
+
+def test_two_tools_with_one_name_are_409() -> None:
+    """JSON Schema cannot say "names unique": a spec-valid body is never a 400, so this is a conflict."""
+    error = _error({"input": "x", "tools": [TOOL, {**TOOL, "description": "another"}]})
+    assert (error.status, error.param, error.code) == (409, "tools[1].name", "duplicate_tool_name")
 
 
 def test_a_tool_choice_naming_no_tool_is_404() -> None:

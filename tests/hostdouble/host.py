@@ -55,9 +55,10 @@ def log(message: str) -> None:
 def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
     """The request headers for the worker, byte for byte (minus hop-by-hop ones).
 
-    Header values may hold any byte but control characters (obs-text, RFC 9110 5.5); Kestrel passes them
-    on. Decoding them to ``str`` and letting httpx encode them as ASCII made the double answer 500 for
-    ``Last-Event-ID: ５`` or ``X-Anything: é``, so the raw bytes go through unchanged."""
+    Header values may hold any byte but control characters (obs-text, RFC 9110 5.5). The real host's
+    Kestrel takes UTF-8 values and refuses other non-ASCII bytes with an empty 400; the double passes every
+    byte on and lets the app answer. (Decoding them to ``str`` and letting httpx encode them as ASCII made
+    the double answer 500 for ``Last-Event-ID: ５`` or ``X-Anything: é``.)"""
     return [(name, value) for name, value in request.scope["headers"]
             if name.decode("latin-1").lower() not in _HOP_BY_HOP]
 

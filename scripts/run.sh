@@ -21,6 +21,7 @@ if [ -n "$(trap -p INT)" ] && [ -z "${RESILIENT_RUN_SIGINT_RESTORED:-}" ]; then
 fi
 PORT=${PORT:-7071}
 STOP_GRACE_S=${RESILIENT_STOP_GRACE_S:-8}
+AZURITE_INSTANCE=${RESILIENT_AZURITE_INSTANCE:-run}  # .azurite/NAME: data, ports, pid
 FRESH=()
 for arg in "$@"; do
   case "$arg" in
@@ -61,7 +62,7 @@ cleanup() {
     }
     wait "$HOST_PID" 2>/dev/null || true
   fi
-  if [ -n "$AZURITE_STARTED" ]; then bash scripts/azurite.sh stop run || true; fi
+  if [ -n "$AZURITE_STARTED" ]; then bash scripts/azurite.sh stop "$AZURITE_INSTANCE" || true; fi
   echo "run: stopped" >&2
 }
 trap 'cleanup; exit 130' INT
@@ -70,8 +71,8 @@ trap 'cleanup; exit 129' HUP
 trap 'cleanup' EXIT
 
 AZURITE_STARTED=1
-bash scripts/azurite.sh start run "${FRESH[@]}"
-AzureWebJobsStorage="$(bash scripts/azurite.sh connection-string run)"
+bash scripts/azurite.sh start "$AZURITE_INSTANCE" ${FRESH[@]+"${FRESH[@]}"}
+AzureWebJobsStorage="$(bash scripts/azurite.sh connection-string "$AZURITE_INSTANCE")"
 export AzureWebJobsStorage
 export PYTHONUNBUFFERED=1
 

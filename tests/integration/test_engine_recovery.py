@@ -312,7 +312,9 @@ async def test_cancel_flag_turns_a_later_finalize_into_cancelled(storage: Storag
     await engine.run_phase(rid, 0)
     service = ResponsesService(storage, _Runtime(), settings)
     cancelling = asyncio.create_task(service.cancel(rid))
-    while not (await storage.responses.get_control(rid)).cancel_requested:
+    for _ in range(500):
+        if (await storage.responses.get_control(rid)).cancel_requested:
+            break
         await asyncio.sleep(0.01)
     assert not cancelling.done()  # it waits for the run to settle
     final = await engine.finalize(rid, {"status": "completed"})

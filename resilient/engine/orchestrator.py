@@ -14,6 +14,11 @@ Flow::
 
 Transient activity failures are retried here (a timer, then the same activity again) rather than with
 ``call_activity_with_retry``, so the retry policy is visible, replay-tested and identical on every host.
+A phase whose agent hit a transient error (a model's 429 or 5xx) answers ``{"retry_after": s}``: the
+orchestrator waits that long on a durable timer (at most MODEL_WAIT_CAP_SECONDS per wait, and
+MODEL_WAIT_BUDGET_SECONDS per phase) and runs the phase again; past the budget the response fails with
+the agent's error. A turn that ends with function calls or an approval request completes
+(``stop: "tool_calls"`` / ``"paused"``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ CANCEL_EVENT = "cancel"
 PHASE_ATTEMPTS = 3
 FINALIZE_ATTEMPTS = 6
 RETRY_BASE_SECONDS = 2
+MODEL_WAIT_CAP_SECONDS = 300.0
+MODEL_WAIT_BUDGET_SECONDS = 900.0
+MODEL_WAIT_MIN_SECONDS = 1.0
 
 
 def _retry_delay(context: Any, attempt: int) -> Any:
@@ -72,6 +80,8 @@ def _outcome_of_stop(stop: dict[str, Any]) -> dict[str, Any]:
         return {"status": "cancelled"}
     if reason == "steered":
         return {"status": "completed", "steered": True}
+    if reason in ("paused", "tool_calls"):
+        return {"status": "completed", "ended": reason}
     if reason == "failed":
         return {"status": "failed", "error": stop.get("error") or {"code": "server_error", "message": "failed"}}
     return {"status": "completed"}
@@ -112,9 +122,7 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
             phases = int(plan["phases"])
             for index in range(phases):
                 context.set_custom_status({"response_id": response_id, "phase": index, "phases": phases})
-                result = yield from _call_with_retries(
-                    context, RUN_PHASE, {"response_id": response_id, "index": index}, PHASE_ATTEMPTS
-                )
+                result = yield from _run_phase(context, response_id, index)
                 if result.get("stop"):
                     outcome = _outcome_of_stop(result)
                     break
@@ -129,6 +137,24 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
         released = yield context.call_entity(lock, "release", {"response_id": response_id})
         yield from _wake(context, released)
     return final
+
+
+def _run_phase(context: Any, response_id: str, index: int) -> Generator[Any, Any, dict[str, Any]]:
+    """Run one phase; when it answers ``retry_after``, wait on a durable timer and run it again, within
+    the per-phase wait budget (then it is a failure carrying the phase's error)."""
+    payload = {"response_id": response_id, "index": index}
+    waited = 0.0
+    while True:
+        result: dict[str, Any] = yield from _call_with_retries(context, RUN_PHASE, payload, PHASE_ATTEMPTS)
+        if result.get("retry_after") is None:
+            return result
+        wait = min(max(float(result["retry_after"]), MODEL_WAIT_MIN_SECONDS), MODEL_WAIT_CAP_SECONDS)
+        error = result.get("error") or {"code": "server_error", "message": "The model kept failing."}
+        if waited + wait > MODEL_WAIT_BUDGET_SECONDS:
+            return {"index": index, "stop": "failed", "error": error}
+        context.set_custom_status({"response_id": response_id, "phase": index, "waiting_seconds": wait})
+        yield context.create_timer(context.current_utc_datetime + timedelta(seconds=wait))
+        waited += wait
 
 
 def _finalize(context: Any, response_id: str, outcome: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:

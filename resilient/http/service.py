@@ -24,8 +24,16 @@ from typing import Any, Protocol
 
 from resilient.engine import orchestrator as orch
 from resilient.engine.snapshot import response_object
+from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.streaming import tail_events
-from resilient.ids import RESPONSE_PREFIX, InvalidId, new_message_id, new_response_id, validate_id
+from resilient.ids import (
+    RESPONSE_PREFIX,
+    InvalidId,
+    new_input_item_id,
+    new_message_id,
+    new_response_id,
+    validate_id,
+)
 from resilient.protocol import errors
 from resilient.protocol import events as ev
 from resilient.protocol.errors import ApiError
@@ -89,6 +97,7 @@ class ResponsesService:
             raise errors.payload_too_large(MAX_BODY_BYTES)
         request = parse_create_request(body)
         chain_id, previous = await self._resolve_chain(request)
+        continuation = await self._continuation(request, chain_id, previous)
         response_id = new_response_id()
         turns_ahead: list[str] = []
         previous_turn: str | None = None
@@ -97,7 +106,7 @@ class ResponsesService:
                 chain_id, response_id, previous, is_conversation=request.conversation is not None)
         elif request.store:
             chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
-        items = normalize_input_items(request, new_message_id)
+        items = normalize_input_items(request, new_message_id, new_input_item_id)
         doc: dict[str, Any] = {
             "created_at": int(time.time()),
             "model": request.model,
@@ -111,7 +120,11 @@ class ResponsesService:
             "chain_id": chain_id,
             "previous_turn": previous_turn,
             "input_chars": sum(len(text_of(i)) for i in items),
+            "tools": [tool.to_json() for tool in request.tools],
+            "tool_choice": request.tool_choice,
         }
+        if continuation.resume is not None:
+            doc["resume"] = continuation.resume
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
@@ -151,6 +164,16 @@ class ResponsesService:
                                   code=errors.CODE_NOT_FOUND, param="previous_response_id")
         chain = previous.doc.get("chain_id") or previous.response_id
         return str(chain), previous.response_id
+
+    async def _continuation(self, request: CreateResponseRequest, chain_id: str | None,
+                            previous: str | None) -> Continuation:
+        """Tool outputs and approval answers must answer the chain's newest turn (checked before the turn
+        is registered, so a 400 leaves no trace on the chain)."""
+        if not request.function_outputs() and not request.approval_responses() and previous is None:
+            return Continuation()
+        if previous is None and request.conversation is not None and chain_id is not None:
+            previous = (await self.storage.chains.get(chain_id)).latest_response_id
+        return await check_continuation(self.storage, request, previous)
 
     async def _register_turn(self, chain_id: str, response_id: str, previous: str | None, *,
                              is_conversation: bool) -> tuple[list[str], str | None]:

@@ -14,8 +14,13 @@ Each activity therefore reads the durable state first and decides what is left t
   first delta together) waits for the agent's first output: only then is the item's type known.
   Agent errors are answers, not exceptions: a permanent one returns ``{"stop": "failed"}``, a transient
   one ``{"retry_after": s}`` (the orchestrator waits on a durable timer and runs the phase again).
-* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a cancel that already
-  won stays); the terminal event is appended only if the log does not end with one already.
+* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a requested cancel wins
+  over the outcome, a terminal status already set stays); the terminal event is appended only if the log
+  does not end with one already.
+
+Cancel is atomic to readers: ``POST .../cancel`` only raises the row's cancel flag while the run is
+in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) once the phase it stopped
+has checkpointed its partial item, so a reader never sees ``cancelled`` without that item.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ log = logging.getLogger("resilient.engine")
 MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
+_CONCLUDE_ATTEMPTS = 50
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
@@ -128,6 +134,7 @@ class Engine:
             return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
         control = await responses.get_control(response_id)
         if control.cancel_requested:
+            await self.settle_cancel(response_id)
             return {"stop": "cancelled"}
         changes: JsonDict = {key: record.doc[key] for key in ("plan", "phase_offset", "agent_metadata")
                              if key in record.doc}
@@ -180,7 +187,17 @@ class Engine:
 
         ``index`` counts the phases of this response; a turn that resumes a paused plan starts at the
         plan's ``phase_offset``, so the agent sees ``phase_offset + index``.
+
+        A phase that stops for a cancel settles the cancel itself, right after its partial checkpoint:
+        the ``cancelled`` status and the partial output become visible together, without waiting for
+        the orchestrator to schedule ``finalize``.
         """
+        summary = await self._run_phase(response_id, index)
+        if summary.get("stop") == "cancelled":
+            await self.settle_cancel(response_id)
+        return summary
+
+    async def _run_phase(self, response_id: str, index: int) -> JsonDict:
         storage = self.storage
         record = await storage.responses.get(response_id)  # carries the control columns too
         control = Control(record.status, record.cancel_requested, record.pending_input_count)
@@ -399,20 +416,11 @@ class Engine:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent)."""
         storage = self.storage
         output = await storage.items.list_output_items(response_id)
-        wanted = str(outcome.get("status", "completed"))
         try:
-            record = await storage.responses.get(response_id)
+            record = await self._conclude(response_id, output, str(outcome.get("status", "completed")),
+                                          outcome.get("error"))
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
             return {"status": "gone"}
-        changes: JsonDict = {"completed_at": int(time.time()), "usage": self._usage(record, output)}
-        if wanted == "failed":
-            changes["error"] = outcome.get("error") or {"code": "server_error", "message": "The response failed."}
-        try:
-            record = await storage.responses.transition(
-                response_id, wanted, allowed_from=ACTIVE_STATUSES, doc_changes=changes
-            )
-        except InvalidTransition:
-            record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
         terminal = _terminal_event(record, output)
         for _ in range(5):
             try:
@@ -425,6 +433,38 @@ class Engine:
                 continue  # a zombie phase appended meanwhile; re-read the end and try again
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
+
+    async def settle_cancel(self, response_id: str) -> None:
+        """Set ``cancelled`` once the run has stopped and its output is checkpointed (no-op when a
+        terminal status is already set). Finalize still appends the terminal event."""
+        output = await self.storage.items.list_output_items(response_id)
+        try:
+            record = await self._conclude(response_id, output, "cancelled", None)
+        except NotFound:
+            return
+        log.info("cancel settled", extra={"response_id": response_id, "status": record.status,
+                                          "items": len(output)})
+
+    async def _conclude(self, response_id: str, output: Sequence[JsonDict], wanted: str,
+                        error: JsonDict | None) -> ResponseRecord:
+        """The one terminal transition (ETag CAS from an active status; a terminal status already set
+        stays). A raised cancel flag turns any outcome into ``cancelled``: the flag is set by a CAS that
+        only succeeds on an active row, so either it landed first and the cancel wins here, or this
+        transition landed first and the cancel is refused (R5)."""
+        responses = self.storage.responses
+        for _ in range(_CONCLUDE_ATTEMPTS):
+            record = await responses.get(response_id)
+            if record.status not in ACTIVE_STATUSES:
+                return record  # a cancel (or an earlier finalize) won
+            status = "cancelled" if record.cancel_requested else wanted
+            changes: JsonDict = {"completed_at": int(time.time()), "usage": self._usage(record, output)}
+            if status == "failed":
+                changes["error"] = error or {"code": "server_error", "message": "The response failed."}
+            try:
+                return await responses.replace(record, status=status, doc_changes=changes)
+            except PreconditionFailed:
+                continue  # the row changed (a cancel flag, a pending-input count): decide again
+        raise PreconditionFailed(f"response {response_id!r}: the terminal transition kept losing the CAS")
 
     @staticmethod
     def _usage(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from resilient.storage.errors import InvalidTransition, NotFound
+from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.factory import Storage
 from resilient.storage.ports import ACTIVE_STATUSES
 
@@ -36,6 +36,7 @@ log = logging.getLogger("resilient.engine")
 FINISHED_RUNTIME_STATUSES = frozenset({"Completed", "Failed", "Terminated"})
 PURGE_WAIT_SECONDS = 120.0
 PURGE_POLL_SECONDS = (0.05, 1.0)
+ABANDON_CAS_ATTEMPTS = 20
 
 _detached: set[asyncio.Task[Any]] = set()
 
@@ -51,13 +52,23 @@ async def forget(storage: Storage, response_id: str) -> None:
 
 
 async def abandon(storage: Storage, response_id: str) -> None:
-    """The client of a running ``store=false`` response went away: stop the run at its next delta (the
-    same flag a cancel sets). A run that already ended, or data already forgotten, is left alone."""
-    try:
-        await storage.responses.transition(response_id, "cancelled", allowed_from=ACTIVE_STATUSES,
-                                           cancel_requested=True)
-    except (InvalidTransition, NotFound):
-        return
+    """The client of a running ``store=false`` response went away: raise the cancel flag, as a cancel
+    does, so the run stops at its next delta and settles as ``cancelled`` itself (a run not yet planned
+    is cancelled at once). A run that already ended, or data already forgotten, is left alone."""
+    for _ in range(ABANDON_CAS_ATTEMPTS):
+        try:
+            record = await storage.responses.get(response_id)
+            if record.status not in ACTIVE_STATUSES or record.cancel_requested:
+                return
+            if record.status == "queued":
+                await storage.responses.replace(record, status="cancelled", cancel_requested=True)
+            else:
+                await storage.responses.replace(record, cancel_requested=True)
+            return
+        except NotFound:
+            return
+        except PreconditionFailed:
+            continue  # the run wrote the row meanwhile: look again
 
 
 def detach(work: Coroutine[Any, Any, object], what: str) -> None:

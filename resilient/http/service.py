@@ -51,6 +51,10 @@ log = logging.getLogger("resilient.http")
 MAX_BODY_BYTES = 2 * 1024 * 1024
 CHAIN_CAS_ATTEMPTS = 20
 FINALIZE_GRACE_SECONDS = 120.0  # > the orchestrator's finalize retries (2+4+8+16+32 s)
+# A running phase sees a cancel within one control poll (0.2 s) plus one agent delta, then checkpoints;
+# the bound covers slow agents and a re-delivered phase (the orchestrator's first retry waits 2 s).
+CANCEL_SETTLE_SECONDS = 10.0
+CANCEL_POLL_SECONDS = 0.05
 ORCHESTRATOR_NAME = "responses_orchestrator"
 RUN_OVER_WAIT_SECONDS = 2.0
 DELETED_MARK = "deleted"  # doc key set by the one DELETE that wins; the row is 404 from then on
@@ -84,6 +88,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-
 
 
 class ResponsesService:
+    cancel_settle_seconds: float = CANCEL_SETTLE_SECONDS  # how long a cancel waits for the run to stop
+
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings) -> None:
         self.storage = storage
         self.runtime = runtime
@@ -345,6 +351,15 @@ class ResponsesService:
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:
+        """Cancel a background response; the answer (and every later read) carries its partial output.
+
+        Why cancel waits: the run stops at its next delta and then checkpoints the partial item. Were
+        ``cancelled`` written at once, readers would see it with that item missing for a moment. So a
+        running response only gets its cancel flag here; the run itself sets ``cancelled`` right after
+        its checkpoint (``Engine.settle_cancel``), and this waits for that, bounded by
+        ``cancel_settle_seconds``. A run that does not react in time (its worker is gone, storage is
+        failing) is cancelled here; its partial item, if any, then follows when the run resumes. A turn
+        that has not started (``queued``) has no output to wait for and is cancelled at once."""
         record = await self._stored(response_id)
         if not record.doc.get("background", False):
             raise errors.conflict(errors.CODE_BACKGROUND_REQUIRED,
@@ -354,10 +369,8 @@ class ResponsesService:
         if record.status in TERMINAL_STATUSES:
             raise errors.conflict(errors.CODE_ALREADY_FINISHED,
                                   f"Cannot cancel a response that is already {record.status}.", param="response_id")
-        was_queued = record.status == "queued"
         try:
-            record = await self.storage.responses.transition(
-                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True)
+            flagged = await self._raise_cancel_flag(response_id)
         except InvalidTransition as lost:
             if lost.current_status == "cancelled":
                 return HttpResult(200, await self._response(response_id))
@@ -368,10 +381,48 @@ class ResponsesService:
             await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
         except Exception:
             log.warning("cancel event not delivered (the flag still stops the run)", extra={"response_id": response_id})
-        if was_queued and record.doc.get("chain_id"):
-            await self._steer(await self._turns_ahead(str(record.doc["chain_id"]), response_id), -1)  # S4
+        if flagged.status == "cancelled" and flagged.doc.get("chain_id"):  # it was queued: S4
+            await self._steer(await self._turns_ahead(str(flagged.doc["chain_id"]), response_id), -1)
+        final = flagged if flagged.status == "cancelled" else await self._await_settled_cancel(response_id)
+        if final.status != "cancelled":
+            raise errors.conflict(errors.CODE_ALREADY_FINISHED,
+                                  f"Cannot cancel a response that is already {final.status}.", param="response_id")
         log.info("cancelled", extra={"response_id": response_id})
-        return HttpResult(200, await self._response(response_id, record))
+        return HttpResult(200, await self._response(response_id, final))
+
+    async def _raise_cancel_flag(self, response_id: str) -> ResponseRecord:
+        """One CAS on the row: a ``queued`` turn (nothing planned, no phase can start without reading the
+        flag) becomes ``cancelled`` at once; a running one only gets ``cancel_requested``. Raises
+        InvalidTransition when the response is already terminal."""
+        responses = self.storage.responses
+        for _ in range(CHAIN_CAS_ATTEMPTS):
+            record = await responses.get(response_id)
+            if record.status not in ACTIVE_STATUSES:
+                raise InvalidTransition(record.status, "cancelled")
+            try:
+                if record.status == "queued":
+                    return await responses.replace(record, status="cancelled", cancel_requested=True,
+                                                   doc_changes={"completed_at": int(time.time())})
+                return await responses.replace(record, cancel_requested=True)
+            except PreconditionFailed:
+                continue  # the run (or a steering turn) wrote the row meanwhile: look again
+        raise errors.service_unavailable()
+
+    async def _await_settled_cancel(self, response_id: str) -> ResponseRecord:
+        """Wait until the run has stopped and set the terminal status; past the bound, set it here."""
+        deadline = time.monotonic() + self.cancel_settle_seconds
+        while time.monotonic() < deadline:
+            if (await self.storage.responses.get_control(response_id)).status in TERMINAL_STATUSES:
+                return await self.storage.responses.get(response_id)
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+        log.warning("cancel: the run did not stop in time; status set without waiting for it",
+                    extra={"response_id": response_id, "waited_s": self.cancel_settle_seconds})
+        try:
+            return await self.storage.responses.transition(
+                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True,
+                doc_changes={"completed_at": int(time.time())})
+        except InvalidTransition:
+            return await self.storage.responses.get(response_id)  # the run settled just now
 
     async def _turns_ahead(self, chain_id: str, response_id: str) -> list[str]:
         chain = await self.storage.chains.get(chain_id)

@@ -295,6 +295,9 @@ async def test_cancel_stops_the_phase_and_keeps_partial_output(storage: Storage,
     cancelled = await ResponsesService(storage, runtime, settings).cancel(rid)
     assert cancelled.body["status"] == "cancelled"
     assert runtime.events == [(rid, "cancel")]
+    assert running.done()  # the cancel answered only once the phase had stopped and checkpointed
+    [answered] = cancelled.body["output"]  # the answer carries the partial item
+    assert answered["status"] == "incomplete" and answered["content"][0]["text"]
     summary = await running
     assert summary["stop"] == "cancelled"
     full = " ".join(offline_words("What makes a run crash-resilient?", BASE_PLAN[0], 0, 200))
@@ -307,6 +310,40 @@ async def test_cancel_stops_the_phase_and_keeps_partial_output(storage: Storage,
     assert events[-1]["response"]["status"] == "cancelled"
     partial = events[-1]["response"]["output"]
     assert len(partial) == 1 and partial[0]["status"] == "incomplete"
+    assert partial == [answered]
+
+
+async def test_cancel_with_no_run_reacting_is_set_after_the_bound(storage: Storage, settings: Settings) -> None:
+    """A running response whose run does not react (its worker is gone) is still cancelled, by the
+    cancel itself once ``cancel_settle_seconds`` has passed; a later finalize keeps that status."""
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings, phases=2, words=5)
+    await engine.plan(rid)
+    service = ResponsesService(storage, _Runtime(), settings)
+    service.cancel_settle_seconds = 0.3
+    answer = await service.cancel(rid)
+    assert answer.body["status"] == "cancelled" and answer.body["output"] == []
+    assert await engine.finalize(rid, {"status": "completed"}) == {"status": "cancelled"}
+
+
+async def test_cancel_flag_turns_a_later_finalize_into_cancelled(storage: Storage, settings: Settings) -> None:
+    """R5 with the flag first: a run that finished its last phase before it saw the flag still ends
+    ``cancelled`` (finalize honours the flag), and the waiting cancel answers with the full output."""
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings, phases=1, words=3)
+    await engine.plan(rid)
+    await engine.run_phase(rid, 0)
+    service = ResponsesService(storage, _Runtime(), settings)
+    cancelling = asyncio.create_task(service.cancel(rid))
+    for _ in range(500):
+        if (await storage.responses.get_control(rid)).cancel_requested:
+            break
+        await asyncio.sleep(0.01)
+    assert not cancelling.done()  # it waits for the run to settle
+    final = await engine.finalize(rid, {"status": "completed"})
+    answer = await cancelling
+    assert final == {"status": "cancelled"} and answer.body["status"] == "cancelled"
+    assert [item["status"] for item in answer.body["output"]] == ["completed"]
 
 
 async def test_cancel_racing_completion_has_exactly_one_terminal(storage: Storage, settings: Settings) -> None:

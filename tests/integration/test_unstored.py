@@ -55,7 +55,9 @@ async def test_forget_deletes_rows_items_log_and_spilled_blobs_and_can_repeat(st
     assert await _left(storage, rid) == []
 
 
-async def test_abandon_stops_a_running_response_and_leaves_a_finished_one(storage: Storage) -> None:
+async def test_abandon_flags_a_running_response_and_leaves_a_finished_one(storage: Storage) -> None:
+    """The cancel flag, as a cancel raises it: the running phase stops at its next delta and the run sets
+    ``cancelled`` itself once its partial item is checkpointed."""
     running, finished = new_response_id(), new_response_id()
     await _stored(storage, running, "in_progress")
     await _stored(storage, finished, "completed")
@@ -63,8 +65,9 @@ async def test_abandon_stops_a_running_response_and_leaves_a_finished_one(storag
     await unstored.abandon(storage, finished)
     await unstored.abandon(storage, new_response_id())  # already forgotten: nothing to do, no error
     control = await storage.responses.get_control(running)
-    assert (control.status, control.cancel_requested) == ("cancelled", True)
-    assert (await storage.responses.get_control(finished)).status == "completed"
+    assert (control.status, control.cancel_requested) == ("in_progress", True)
+    finished_control = await storage.responses.get_control(finished)
+    assert (finished_control.status, finished_control.cancel_requested) == ("completed", False)
 
 
 class FakeHistory:

@@ -11,7 +11,12 @@ Each activity therefore reads the durable state first and decides what is left t
   phase. Non-background responses are not re-run but failed (R8). Every append is fenced by the blob's
   append position, so a zombie's next append fails and it stops (R6).
 * ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a cancel that already
-  won stays); the terminal event is appended only if the log does not end with one already.
+  won stays); the terminal event is appended only if the log does not end with one already. Then the
+  response leaves the index of unfinished runs that the repair path watches.
+* ``inspect``: read-only; tells whether a response's run is over (terminal status *and* terminal event).
+
+On the real Functions host a worker that dies does not get its activity re-delivered: the orchestrator
+retries it (a new call with the same input), which is the same situation for the activity.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from resilient.storage.ports import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Control,
+    EventLog,
     EventWriter,
     JsonDict,
     ResponseRecord,
@@ -45,6 +51,10 @@ log = logging.getLogger("resilient.engine")
 MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
+PHASE_DEADLINE_MESSAGE = (
+    "Phase {index} did not finish within {seconds:.0f} s (the limit kept below the host's functionTimeout); "
+    "the run was stopped."
+)
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
@@ -150,6 +160,8 @@ class Engine:
     async def run_phase(self, response_id: str, index: int) -> JsonDict:
         """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
         storage = self.storage
+        limit = self.settings.phase_deadline_seconds
+        deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
         record = await storage.responses.get(response_id)  # carries the control columns too
         control = Control(record.status, record.cancel_requested, record.pending_input_count)
 
@@ -201,13 +213,18 @@ class Engine:
             pending_input_count=control.pending_input_count,
             cancelled=control.cancel_requested,
         )
-        text, stopped = await self._stream(response_id, writer, context, item_id)
-        status: ItemStatus = "incomplete" if stopped else "completed"
+        text, stopped, overtime = await self._stream(response_id, writer, context, item_id, deadline)
+        status: ItemStatus = "incomplete" if stopped or overtime else "completed"
         item = output_message(item_id, text, status=status)
         await writer.append(ev.phase_closing_events(index, item_id, text, status))
         await storage.items.put_output_item(response_id, index, item)
         log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
                                       "storage_calls": writer.storage_calls})
+        if overtime:
+            log.warning("phase deadline", extra={"response_id": response_id, "phase": index})
+            seconds = self.settings.phase_deadline_seconds or 0.0
+            return {"index": index, "stop": "failed", "error": {
+                "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
         return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
 
     @staticmethod
@@ -220,16 +237,18 @@ class Engine:
         return {"index": index, "stop": stop, "chars": len(text_of(item))}
 
     async def _stream(
-        self, response_id: str, writer: EventWriter, context: PhaseContext, item_id: str
-    ) -> tuple[str, bool]:
-        """Pump the agent's deltas into the log: batched appends, live control flags, prompt flushes."""
+        self, response_id: str, writer: EventWriter, context: PhaseContext, item_id: str,
+        deadline: float | None = None,
+    ) -> tuple[str, bool, bool]:
+        """Pump the agent's deltas into the log: batched appends, live control flags, prompt flushes.
+        Returns (text, stopped early, ran past ``deadline``)."""
         batcher = _Batcher(writer, self.tuning)
         index = context.phase_index
         pieces: list[str] = []
         next_control = time.monotonic() + self.tuning.control_interval_s
         deltas: AsyncIterator[str] = aiter(self.agent.run_phase(context))
         pending: asyncio.Future[str] | None = None
-        stopped = False
+        stopped = overtime = False
         try:
             while True:
                 if context.should_stop:
@@ -238,9 +257,17 @@ class Engine:
                 pending = asyncio.ensure_future(anext(deltas))
                 while not pending.done():
                     wait = batcher.due_in()
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            overtime = True
+                            break
+                        wait = left if wait is None else min(wait, left)
                     await asyncio.wait({pending}, timeout=wait)
                     if not pending.done():
                         await batcher.flush()  # the agent is slow: do not sit on buffered deltas
+                if overtime:
+                    break
                 try:
                     delta = pending.result()
                 except StopAsyncIteration:
@@ -257,6 +284,9 @@ class Engine:
                     control = await self.storage.responses.get_control(response_id)
                     context.cancelled = control.cancel_requested or control.status == "cancelled"
                     context.pending_input_count = control.pending_input_count
+                if deadline is not None and time.monotonic() >= deadline:
+                    overtime = True
+                    break
             await batcher.flush()
         finally:
             if pending is not None and not pending.done():
@@ -267,7 +297,7 @@ class Engine:
                     await closer()
                 except Exception:  # an agent's cleanup error must not lose the phase
                     log.exception("agent generator close failed")
-        return "".join(pieces), stopped
+        return "".join(pieces), stopped, overtime
 
     # -------------------------------------------------------------- finalize
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
@@ -278,6 +308,7 @@ class Engine:
         try:
             record = await storage.responses.get(response_id)
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
+            await self._leave_index(response_id)
             return {"status": "gone"}
         changes: JsonDict = {
             "completed_at": int(time.time()),
@@ -292,17 +323,40 @@ class Engine:
         except InvalidTransition:
             record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
         terminal = _terminal_event(record, output)
+        ended = False
         for _ in range(5):
             try:
                 writer = await storage.events.open_writer(response_id)
-                if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
-                    break
-                await writer.append([terminal])
+                if (writer.last_event or {}).get("type") not in ev.TERMINAL_EVENT_TYPES:
+                    await writer.append([terminal])
+                ended = True
                 break
             except LostOwnership:
                 continue  # a zombie phase appended meanwhile; re-read the end and try again
+        if ended:
+            await self._leave_index(response_id)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
+
+    async def _leave_index(self, response_id: str) -> None:
+        """The run is over: drop it from the index the repair path watches. Best effort: a leftover entry
+        costs the repair path one look, after which it removes the entry itself."""
+        try:
+            await self.storage.active.remove(response_id)
+        except Exception:
+            log.warning("could not drop the response from the active index", extra={"response_id": response_id})
+
+    # --------------------------------------------------------------- inspect
+    async def inspect(self, response_id: str) -> JsonDict:
+        """Whether a response's run is over: a terminal status *and* its terminal event in the log (a
+        cancelled run still writes its partial item and terminal event after the status changed).
+        A response that no longer exists (deleted, forgotten, purged) is over too."""
+        try:
+            status = (await self.storage.responses.get_control(response_id)).status
+        except NotFound:
+            return {"status": "gone", "over": True}
+        return {"status": status, "over": status in TERMINAL_STATUSES and await log_ended(self.storage.events,
+                                                                                       response_id)}
 
     @staticmethod
     def _input_tokens(record: ResponseRecord) -> int:
@@ -350,6 +404,15 @@ class Engine:
         for earlier_turn in reversed(turns):
             history += list(earlier_turn)
         return history
+
+
+async def log_ended(events: EventLog, response_id: str) -> bool:
+    """True when the event log ends with a terminal event (or there is no log any more)."""
+    try:
+        writer = await events.open_writer(response_id)
+    except NotFound:
+        return True
+    return (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES
 
 
 def _previous_turn(record: ResponseRecord) -> str | None:

@@ -53,6 +53,11 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
         args = _args(payload)
         return await (await runtime.engine()).mark_queued(str(args["response_id"]))
 
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.INSPECT)
+    async def inspect_response(payload: Any) -> dict[str, Any]:
+        args = _args(payload)
+        return await (await runtime.engine()).inspect(str(args["response_id"]))
+
     @bp.activity_trigger(input_name="payload", activity=orchestrator.WAKE_NEXT)
     @bp.durable_client_input(client_name="client")
     async def wake_next_turn(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:

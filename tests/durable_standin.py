@@ -143,6 +143,7 @@ class Durable:
         self.starts: list[tuple[str, Any]] = []
         self.signals: list[tuple[str, str, str, Any]] = []
         self.inject: dict[tuple[str, str], list[Injected]] = {}
+        self.repairer: Any = None  # set to a Repairer to have inspect_response nudge it, as the binding does
 
     @property
     def runs(self) -> dict[str, asyncio.Task[Any]]:
@@ -313,8 +314,11 @@ class Durable:
             return await engine.finalize(rid, args)
         if name == orch.MARK_QUEUED:
             return await engine.mark_queued(rid)
-        if name == orch.INSPECT:
-            return await engine.inspect(rid)
+        if name == orch.INSPECT:  # as the binding does: an unfinished run also gets a repair check
+            verdict = await engine.inspect(rid)
+            if not verdict["over"] and self.repairer is not None:
+                await self.repairer.nudge(rid)
+            return verdict
         if name == orch.WAKE_NEXT:
             await self.raise_event(rid, orch.LOCK_GRANTED_EVENT, {"granted": True})
             return {"woken": rid}

@@ -291,6 +291,8 @@ class Engine:
         finally:
             if pending is not None and not pending.done():
                 pending.cancel()
+            elif pending is not None and not pending.cancelled():
+                pending.exception()  # retrieved: a killed phase must not log "exception never retrieved"
             closer = getattr(deltas, "aclose", None)
             if closer is not None:
                 try:

@@ -106,6 +106,7 @@ def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) ->
         (trigger,) = _by_type(indexed[activity], "activityTrigger")
         assert trigger["name"] == "payload"
     assert _by_type(indexed["wake_next_turn"], "durableClient")[0]["name"] == "client"
+    assert _by_type(indexed["inspect_response"], "durableClient")[0]["name"] == "client"
     (entity,) = _by_type(indexed["chain_lock"], "entityTrigger")
     assert entity["name"] == "context"
 

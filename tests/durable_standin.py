@@ -11,6 +11,7 @@ repair tests (``tests/integration/test_repair*.py``). It plays the Durable side 
 * buffers external events (``cancel``, ``lock_granted``) the way Durable does for an instance that is not
   waiting yet; an event for an unknown instance is refused, one for an instance that ended is dropped;
 * durable timers sleep ``timer_scale`` × their delay (time is not what these tests are about);
+* ``inject`` is keyed by (response id, activity name) or, for one phase, (response id, "run_phase:<i>");
 * the ``DurableRuntime`` port: ``start`` (over a terminal instance: a new execution; over a running one:
   refused, as the extension's default ``OverridableExistingInstanceStates`` does), ``status``,
   ``raise_event``, ``signal_entity``; plus test hooks: :meth:`Durable.kill` (the orchestration becomes
@@ -109,11 +110,13 @@ def wire(value: Any) -> Any:
 
 @dataclass
 class Injected:
-    """Fail one activity call with ``text``: ``after=True`` runs the activity first (its work is done, then
-    the worker "dies" before reporting), otherwise it fails before doing anything."""
+    """Fail one activity call with ``text``: before it does anything (default), after it did all its work
+    but before it reported (``after=True``), or once it appended ``deltas`` more text deltas to the log (the
+    worker died mid-phase: the activity is cancelled where it stands)."""
 
     text: str
     after: bool = False
+    deltas: int | None = None
 
 
 @dataclass
@@ -294,14 +297,33 @@ class Durable:
 
     async def _activity(self, name: str, args: dict[str, Any]) -> Any:
         rid = str(args["response_id"])
-        queued = self.inject.get((rid, name))
+        queued = self.inject.get((rid, f"{name}:{args['index']}")) if "index" in args else None
+        queued = queued or self.inject.get((rid, name))
         failure = queued.pop(0) if queued else None
+        if failure is not None and failure.deltas is not None:
+            await self._die_mid_phase(rid, self._run(name, rid, args), failure.deltas)
+            raise Exception(failure.text.format(name=name))
         if failure is not None and not failure.after:
             raise Exception(failure.text.format(name=name))
         result = await self._run(name, rid, args)
         if failure is not None:
             raise Exception(failure.text.format(name=name))
         return result
+
+    async def _die_mid_phase(self, rid: str, work: Any, deltas: int) -> None:
+        """Run ``work`` until ``deltas`` more text deltas are in the log (or it ends), then kill it."""
+        async def count() -> int:
+            found = await self.engine.storage.events.read_after(rid, -1)
+            return sum(e.type == "response.output_text.delta" for e in found.events)
+
+        start = await count()
+        running = asyncio.create_task(work)
+        while not running.done():
+            if await count() >= start + deltas:
+                break
+            await asyncio.sleep(0.005)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
 
     async def _run(self, name: str, rid: str, args: dict[str, Any]) -> Any:
         engine = self.engine

@@ -51,6 +51,7 @@ log = logging.getLogger("resilient.engine")
 MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
+PENDING_SETTLE_S = 1.0
 PHASE_DEADLINE_MESSAGE = (
     "Phase {index} did not finish within {seconds:.0f} s (the limit kept below the host's functionTimeout); "
     "the run was stopped."
@@ -289,10 +290,14 @@ class Engine:
                     break
             await batcher.flush()
         finally:
-            if pending is not None and not pending.done():
+            if pending is not None:
+                # Let a cancelled ``anext`` settle (bounded: an agent may swallow the cancellation), so the
+                # generator is no longer running when it is closed; retrieve its outcome (no "exception was
+                # never retrieved" noise).
                 pending.cancel()
-            elif pending is not None and not pending.cancelled():
-                pending.exception()  # retrieved: a killed phase must not log "exception never retrieved"
+                await asyncio.wait({pending}, timeout=PENDING_SETTLE_S)
+                if pending.done() and not pending.cancelled():
+                    pending.exception()
             closer = getattr(deltas, "aclose", None)
             if closer is not None:
                 try:

@@ -76,7 +76,9 @@ def error_result(error: ApiError) -> HttpResult:
 
 
 # An SSE comment (clients ignore it) on a stream ended by the time limit, for people reading the raw stream.
-STREAM_LIMIT_NOTE = b": stream time limit reached; reconnect with starting_after=<last sequence_number>\n\n"
+# One newline only, like the keep-alive: a blank line after it would dispatch an empty event, because a client
+# keeps the last event id (SSE spec), and the ``openai`` client then fails to parse its empty data.
+STREAM_LIMIT_NOTE = b": stream time limit reached; reconnect with starting_after=<last sequence_number>\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
 
 

@@ -25,18 +25,24 @@ from pathlib import Path
 
 DEFAULT_FUNCTION_TIMEOUT_SECONDS = 30 * 60.0  # Flex Consumption's default when host.json does not say
 MARGIN_SECONDS = 60.0
-_TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.\d+)?$")
+_TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.\d+)?)?$")
 
 
 def parse_timespan(text: str) -> float | None:
-    """``[d.]hh:mm:ss`` → seconds; ``-1`` → None (unbounded)."""
+    """A .NET TimeSpan as the host reads ``functionTimeout``: ``[d.]hh:mm[:ss]``, or a whole number of days;
+    → seconds. A negative value (``-1``: minus one day) means unbounded → None."""
     value = text.strip()
-    if value == "-1":
+    if value.startswith("-"):
+        parse_timespan(value[1:])  # still has to be a TimeSpan
         return None
+    if value.isdigit():
+        return float(int(value) * 86400)
     match = _TIMESPAN.fullmatch(value)
     if match is None:
-        raise ValueError(f"functionTimeout must be [d.]hh:mm:ss or -1, got {text!r}")
+        raise ValueError(f"functionTimeout must be a TimeSpan ([d.]hh:mm[:ss]) or -1, got {text!r}")
     days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    if hours > 23 or minutes > 59 or seconds > 59:
+        raise ValueError(f"functionTimeout {text!r} is out of range")
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 

@@ -61,8 +61,10 @@ class _WaitEvent:
 class _Timer:
     fire_at: datetime
     cancelled: bool = False
+    is_completed: bool = False
 
     def cancel(self) -> None:
+        assert not self.is_completed, "a completed timer cannot be cancelled (the SDK raises)"
         self.cancelled = True
 
 
@@ -275,9 +277,11 @@ class Durable:
             try:
                 return (await asyncio.wait_for(self._next_event(inst, waits), self._delay(timer)))[0]
             except TimeoutError:
+                timer.is_completed = True
                 return timer
         if isinstance(task, _Timer):
             await asyncio.sleep(self._delay(task))
+            task.is_completed = True
             return None
         raise AssertionError(f"unexpected orchestrator task {task!r}")
 

@@ -210,7 +210,8 @@ class _Run:
             recheck = self.timer(LOCK_RECHECK_SECONDS[min(rounds, len(LOCK_RECHECK_SECONDS) - 1)])
             winner = yield self.context.task_any([granted, cancelled, recheck])
             if winner is not recheck:
-                recheck.cancel()
+                if not recheck.is_completed:  # both may land in one episode; cancelling a fired timer raises
+                    recheck.cancel()
                 return "granted" if winner is granted else "cancelled"
             rounds += 1
             if (yield from self.recheck_lock()):

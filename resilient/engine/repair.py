@@ -96,6 +96,7 @@ class RepairPolicy:
     sweep_limit: int = 500
     concurrency: int = 8
     check_timeout_seconds: float = 10.0
+    nudge_timeout_seconds: float = 3.0  # a client's read waits at most this long for an on-demand check
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Repairer:
         if not self.throttle.allow(response_id, self.policy.check_interval_seconds, time.monotonic()):
             return None
         try:
-            return await asyncio.wait_for(self.check(response_id), self.policy.check_timeout_seconds)
+            return await asyncio.wait_for(self.check(response_id), self.policy.nudge_timeout_seconds)
         except Exception:
             log.warning("on-demand repair check failed", exc_info=True, extra={"response_id": response_id})
             return None

@@ -238,6 +238,7 @@ class ResponsesService:
                     pass
         except TimeoutError:
             log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
+            return await self._response(record.response_id)  # still running: retention deletes store=false later
         final = await self._response(record.response_id)
         if not record.doc.get("store", True):
             await self._forget(record.response_id)

@@ -338,6 +338,28 @@ def test_recheck_leaves_a_running_holder_alone(handle: Any) -> None:
     assert done.output == {"status": "completed"}
 
 
+@pytest.mark.parametrize("grant_first", [True, False])
+def test_a_grant_and_the_recheck_timer_landing_in_one_episode_do_not_fail_the_orchestration(
+        handle: Any, grant_first: bool) -> None:
+    """Both orders within one episode: the first one wins (the SDK raises if a fired timer is cancelled)."""
+    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
+    replay.run()
+    replay.entity_result(0, {"state": "queued", "position": 1, "active": "resp_a"})
+    waiting = replay.run()
+    replay.complete(1, {"queued": True})
+    waiting = replay.run()
+    assert _names(waiting.new_actions) == ["wait:lock_granted", "wait:cancel", "timer"]
+    timer_position = len(waiting.actions) - 1
+    if grant_first:
+        replay.raise_event("lock_granted", {"granted": True})
+    replay.fire_timer(timer_position, waiting.actions[-1]["fireAt"])
+    if not grant_first:
+        replay.raise_event("lock_granted", {"granted": True})
+    after = replay.run()
+    assert after.error is None and not after.is_done
+    assert _names(after.new_actions) == (["plan_response"] if grant_first else ["entity:acquire"])
+
+
 # ---------------------------------------------------------------------------------- repair executions
 def test_repair_execution_first_inspects_then_resumes_from_the_checkpoints(handle: Any) -> None:
     """The new execution's first episode asks only for inspect; the plan and phases follow (the activities

@@ -17,12 +17,13 @@ LEASE_SECONDS = 30  # DurableTask.AzureStorage's partition lease; not settable i
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("00:30:00", 1800.0), ("00:05:00", 300.0), ("1.02:00:00", 93600.0),
-                                               ("00:00:45.5", 45.0), ("-1", None)])
+                                               ("00:00:45.5", 45.0), ("00:30", 1800.0), ("2", 172800.0),
+                                               ("-1", None), ("-00:00:01", None)])
 def test_parse_timespan(text: str, seconds: float | None) -> None:
     assert parse_timespan(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["30", "30m", "", "00:60"])
+@pytest.mark.parametrize("bad", ["30m", "", "00:60", "25:00:00", "-x"])
 def test_parse_timespan_refuses_what_the_host_would_not_read(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_timespan(bad)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 CONTEXT_KEYS = ("response_id", "chain_id", "phase", "phases", "status", "chars", "storage_calls", "purged",
-                "background", "stream")
+                "background", "stream", "found", "repair", "checked", "repaired")
 
 
 class ContextFilter(logging.Filter):
@@ -36,7 +36,7 @@ def install() -> None:
     INFO logging (request and response headers for every storage call: cost and noise in App Insights)."""
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("resilient.engine", "resilient.http", "resilient.retention"):
+    for name in ("resilient.engine", "resilient.http", "resilient.retention", "resilient.repair"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, ContextFilter) for f in logger.filters):
             logger.addFilter(ContextFilter())

@@ -56,6 +56,10 @@ class Settings:
     azure_openai_deployment: str | None
     azure_openai_api_key: str | None
     azure_openai_api_version: str
+    model_client_id: str | None = None
+    model_timeout_seconds: float = 60.0
+    model_max_retries: int = 2
+    model_token_scope: str = "https://cognitiveservices.azure.com/.default"
     # Time limits below the host's functionTimeout (see resilient/limits.py); None = unbounded.
     function_timeout_seconds: float | None = None
     stream_limit_seconds: float | None = None
@@ -88,6 +92,10 @@ class Settings:
             azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
             azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,
             azure_openai_api_version=e.get("AZURE_OPENAI_API_VERSION") or "2024-10-21",
+            model_client_id=e.get("AZURE_OPENAI_CLIENT_ID") or e.get("AzureWebJobsStorage__clientId") or None,
+            model_timeout_seconds=float(e.get("RESILIENT_MODEL_TIMEOUT_SECONDS") or 60),
+            model_max_retries=_int(e.get("RESILIENT_MODEL_MAX_RETRIES"), 2),
+            model_token_scope=e.get("AZURE_OPENAI_TOKEN_SCOPE") or "https://cognitiveservices.azure.com/.default",
             function_timeout_seconds=timeout,
             stream_limit_seconds=below_timeout(e.get("RESILIENT_STREAM_MAX_SECONDS"), timeout),
             phase_deadline_seconds=below_timeout(e.get("RESILIENT_PHASE_DEADLINE_SECONDS"), timeout),

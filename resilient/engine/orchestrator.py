@@ -42,6 +42,12 @@ wake_next_turn ignored: the woken turn's recheck timer finds the lock granted to
 An exception that escapes anyway (a bug, or the worker dying during an orchestrator episode, which the
 real host records as a Failed orchestration) is healed by the repair path: it starts a new execution with
 the same instance id, which resumes from the stored checkpoints.
+
+A phase whose agent hit a transient error (a model's 429 or 5xx) answers ``{"retry_after": s}``: the
+orchestrator waits that long on a durable timer (at most MODEL_WAIT_CAP_SECONDS per wait, and
+MODEL_WAIT_BUDGET_SECONDS per phase) and runs the phase again; past the budget the response fails with
+the agent's error. A turn that ends with function calls or an approval request completes
+(``stop: "tool_calls"`` / ``"paused"``).
 """
 
 from __future__ import annotations
@@ -77,6 +83,10 @@ CRASH_RETRIES_PER_STEP = len(CRASH_RETRY_SECONDS)
 RUN_CRASH_BUDGET = 10  # worker losses over plan + all phases of one run
 # A queued turn re-checks the lock after these waits (then every last one): heals lost grants.
 LOCK_RECHECK_SECONDS = (15, 30, 60, 120, 300)
+# A phase answering ``retry_after`` (the model is rate-limited or down for a moment).
+MODEL_WAIT_CAP_SECONDS = 300.0
+MODEL_WAIT_BUDGET_SECONDS = 900.0
+MODEL_WAIT_MIN_SECONDS = 1.0
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete", "gone"})
 
@@ -99,6 +109,8 @@ def _stop_failed(result: JsonDict) -> JsonDict:
 STOP_OUTCOMES: dict[str, Callable[[JsonDict], JsonDict]] = {
     "cancelled": lambda result: {"status": "cancelled"},
     "steered": lambda result: {"status": "completed", "steered": True},
+    "paused": lambda result: {"status": "completed", "ended": "paused"},  # waits for an approval answer
+    "tool_calls": lambda result: {"status": "completed", "ended": "tool_calls"},  # waits for tool outputs
     "failed": _stop_failed,
 }
 
@@ -239,6 +251,24 @@ class _Run:
         yield from self.wake(released)
         return False
 
+    def run_phase(self, index: int) -> Generator[Any, Any, JsonDict]:
+        """Run one phase; when it answers ``retry_after``, wait on a durable timer and run it again, within
+        the per-phase wait budget (then it is a failure carrying the phase's error)."""
+        payload = {"response_id": self.response_id, "index": index}
+        waited = 0.0
+        while True:
+            result: JsonDict = yield from self.call(RUN_PHASE, payload, PHASE_ATTEMPTS, run_budget=True)
+            if result.get("retry_after") is None:
+                return result
+            wait = min(max(float(result["retry_after"]), MODEL_WAIT_MIN_SECONDS), MODEL_WAIT_CAP_SECONDS)
+            error = result.get("error") or {"code": "server_error", "message": "The model kept failing."}
+            if waited + wait > MODEL_WAIT_BUDGET_SECONDS:
+                return {"index": index, "stop": "failed", "error": error}
+            self.context.set_custom_status({"response_id": self.response_id, "phase": index,
+                                            "waiting_seconds": wait})
+            yield self.timer(wait)
+            waited += wait
+
     def work(self) -> Generator[Any, Any, JsonDict]:
         """Plan, then run each phase. Never raises: a failure becomes a ``failed`` outcome."""
         rid = self.response_id
@@ -249,8 +279,7 @@ class _Run:
             phases = int(plan["phases"])
             for index in range(phases):
                 self.context.set_custom_status({"response_id": rid, "phase": index, "phases": phases})
-                result = yield from self.call(RUN_PHASE, {"response_id": rid, "index": index}, PHASE_ATTEMPTS,
-                                              run_budget=True)
+                result = yield from self.run_phase(index)
                 if result.get("stop"):
                     return outcome_of_stop(result)
         except WorkerLost as error:

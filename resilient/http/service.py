@@ -31,8 +31,16 @@ from typing import Any, Protocol
 from resilient.engine import orchestrator as orch
 from resilient.engine.repair import DurableControl, Repairer
 from resilient.engine.snapshot import response_object
+from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.streaming import tail_events
-from resilient.ids import RESPONSE_PREFIX, InvalidId, new_message_id, new_response_id, validate_id
+from resilient.ids import (
+    RESPONSE_PREFIX,
+    InvalidId,
+    new_input_item_id,
+    new_message_id,
+    new_response_id,
+    validate_id,
+)
 from resilient.protocol import errors
 from resilient.protocol import events as ev
 from resilient.protocol.errors import ApiError
@@ -48,6 +56,10 @@ log = logging.getLogger("resilient.http")
 MAX_BODY_BYTES = 2 * 1024 * 1024
 CHAIN_CAS_ATTEMPTS = 20
 FINALIZE_GRACE_SECONDS = 120.0  # > the orchestrator's finalize retries (2+4+8+16+32 s)
+# A running phase sees a cancel within one control poll (0.2 s) plus one agent delta, then checkpoints;
+# the bound covers slow agents and a re-delivered phase (the orchestrator's first retry waits 2 s).
+CANCEL_SETTLE_SECONDS = 10.0
+CANCEL_POLL_SECONDS = 0.05
 ORCHESTRATOR_NAME = "responses_orchestrator"
 
 
@@ -83,6 +95,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-
 
 
 class ResponsesService:
+    cancel_settle_seconds: float = CANCEL_SETTLE_SECONDS  # how long a cancel waits for the run to stop
+
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
                  repairer: Repairer | None = None) -> None:
         self.storage = storage
@@ -96,6 +110,7 @@ class ResponsesService:
             raise errors.payload_too_large(MAX_BODY_BYTES)
         request = parse_create_request(body)
         chain_id, previous = await self._resolve_chain(request)
+        continuation = await self._continuation(request, chain_id, previous)
         response_id = new_response_id()
         turns_ahead: list[str] = []
         previous_turn: str | None = None
@@ -104,7 +119,7 @@ class ResponsesService:
                 chain_id, response_id, previous, is_conversation=request.conversation is not None)
         elif request.store:
             chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
-        items = normalize_input_items(request, new_message_id)
+        items = normalize_input_items(request, new_message_id, new_input_item_id)
         doc: dict[str, Any] = {
             "created_at": int(time.time()),
             "model": request.model,
@@ -118,7 +133,11 @@ class ResponsesService:
             "chain_id": chain_id,
             "previous_turn": previous_turn,
             "input_chars": sum(len(text_of(i)) for i in items),
+            "tools": [tool.to_json() for tool in request.tools],
+            "tool_choice": request.tool_choice,
         }
+        if continuation.resume is not None:
+            doc["resume"] = continuation.resume
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
@@ -160,6 +179,16 @@ class ResponsesService:
                                   code=errors.CODE_NOT_FOUND, param="previous_response_id")
         chain = previous.doc.get("chain_id") or previous.response_id
         return str(chain), previous.response_id
+
+    async def _continuation(self, request: CreateResponseRequest, chain_id: str | None,
+                            previous: str | None) -> Continuation:
+        """Tool outputs and approval answers must answer the chain's newest turn (checked before the turn
+        is registered, so a 400 leaves no trace on the chain)."""
+        if not request.function_outputs() and not request.approval_responses() and previous is None:
+            return Continuation()
+        if previous is None and request.conversation is not None and chain_id is not None:
+            previous = (await self.storage.chains.get(chain_id)).latest_response_id
+        return await check_continuation(self.storage, request, previous)
 
     async def _register_turn(self, chain_id: str, response_id: str, previous: str | None, *,
                              is_conversation: bool) -> tuple[list[str], str | None]:
@@ -338,6 +367,15 @@ class ResponsesService:
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:
+        """Cancel a background response; the answer (and every later read) carries its partial output.
+
+        Why cancel waits: the run stops at its next delta and then checkpoints the partial item. Were
+        ``cancelled`` written at once, readers would see it with that item missing for a moment. So a
+        running response only gets its cancel flag here; the run itself sets ``cancelled`` right after
+        its checkpoint (``Engine.settle_cancel``), and this waits for that, bounded by
+        ``cancel_settle_seconds``. A run that does not react in time (its worker is gone, storage is
+        failing) is cancelled here; its partial item, if any, then follows when the run resumes. A turn
+        that has not started (``queued``) has no output to wait for and is cancelled at once."""
         record = await self._stored(response_id)
         if not record.doc.get("background", False):
             raise errors.invalid_request("Only responses created with background=true can be cancelled.",
@@ -347,10 +385,8 @@ class ResponsesService:
         if record.status in TERMINAL_STATUSES:
             raise errors.invalid_request(f"Cannot cancel a response that is already {record.status}.",
                                          param="response_id")
-        was_queued = record.status == "queued"
         try:
-            record = await self.storage.responses.transition(
-                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True)
+            flagged = await self._raise_cancel_flag(response_id)
         except InvalidTransition as lost:
             if lost.current_status == "cancelled":
                 return HttpResult(200, await self._response(response_id))
@@ -360,10 +396,48 @@ class ResponsesService:
             await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
         except Exception:
             log.warning("cancel event not delivered (the flag still stops the run)", extra={"response_id": response_id})
-        if was_queued and record.doc.get("chain_id"):
-            await self._steer(await self._turns_ahead(str(record.doc["chain_id"]), response_id), -1)  # S4
+        if flagged.status == "cancelled" and flagged.doc.get("chain_id"):  # it was queued: S4
+            await self._steer(await self._turns_ahead(str(flagged.doc["chain_id"]), response_id), -1)
+        final = flagged if flagged.status == "cancelled" else await self._await_settled_cancel(response_id)
+        if final.status != "cancelled":
+            raise errors.invalid_request(f"Cannot cancel a response that is already {final.status}.",
+                                         param="response_id")
         log.info("cancelled", extra={"response_id": response_id})
-        return HttpResult(200, await self._response(response_id, record))
+        return HttpResult(200, await self._response(response_id, final))
+
+    async def _raise_cancel_flag(self, response_id: str) -> ResponseRecord:
+        """One CAS on the row: a ``queued`` turn (nothing planned, no phase can start without reading the
+        flag) becomes ``cancelled`` at once; a running one only gets ``cancel_requested``. Raises
+        InvalidTransition when the response is already terminal."""
+        responses = self.storage.responses
+        for _ in range(CHAIN_CAS_ATTEMPTS):
+            record = await responses.get(response_id)
+            if record.status not in ACTIVE_STATUSES:
+                raise InvalidTransition(record.status, "cancelled")
+            try:
+                if record.status == "queued":
+                    return await responses.replace(record, status="cancelled", cancel_requested=True,
+                                                   doc_changes={"completed_at": int(time.time())})
+                return await responses.replace(record, cancel_requested=True)
+            except PreconditionFailed:
+                continue  # the run (or a steering turn) wrote the row meanwhile: look again
+        raise errors.service_unavailable()
+
+    async def _await_settled_cancel(self, response_id: str) -> ResponseRecord:
+        """Wait until the run has stopped and set the terminal status; past the bound, set it here."""
+        deadline = time.monotonic() + self.cancel_settle_seconds
+        while time.monotonic() < deadline:
+            if (await self.storage.responses.get_control(response_id)).status in TERMINAL_STATUSES:
+                return await self.storage.responses.get(response_id)
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+        log.warning("cancel: the run did not stop in time; status set without waiting for it",
+                    extra={"response_id": response_id, "waited_s": self.cancel_settle_seconds})
+        try:
+            return await self.storage.responses.transition(
+                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True,
+                doc_changes={"completed_at": int(time.time())})
+        except InvalidTransition:
+            return await self.storage.responses.get(response_id)  # the run settled just now
 
     async def _turns_ahead(self, chain_id: str, response_id: str) -> list[str]:
         chain = await self.storage.chains.get(chain_id)

@@ -125,6 +125,11 @@ class ItemStore(Protocol):
         """Write the checkpoint for phase ``index`` (upsert: a re-delivered phase rewrites the same row)."""
         ...
 
+    async def put_output_items(self, response_id: str, first_index: int, items: Sequence[JsonDict]) -> None:
+        """Write the items of one phase at ``first_index``, ``first_index + 1``, ... in one transaction
+        (a phase that ends with function calls has several items; all or none must be its checkpoint)."""
+        ...
+
     async def get_output_item(self, response_id: str, index: int) -> JsonDict | None:
         ...
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 CONTEXT_KEYS = ("response_id", "chain_id", "phase", "phases", "status", "chars", "storage_calls", "purged",
-                "background", "stream")
+                "background", "stream", "found", "repair", "checked", "repaired")
 
 
 class ContextFilter(logging.Filter):
@@ -54,7 +54,7 @@ def install() -> None:
     converter = logging.getLogger(DURABLE_CONVERTER_LOGGER)
     if not any(isinstance(f, NoExpectedTypeNoticeFilter) for f in converter.filters):
         converter.addFilter(NoExpectedTypeNoticeFilter())
-    for name in ("resilient.engine", "resilient.http", "resilient.retention"):
+    for name in ("resilient.engine", "resilient.http", "resilient.retention", "resilient.repair"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, ContextFilter) for f in logger.filters):
             logger.addFilter(ContextFilter())

@@ -16,7 +16,14 @@ Each activity therefore reads the durable state first and decides what is left t
   one ``{"retry_after": s}`` (the orchestrator waits on a durable timer and runs the phase again).
 * ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a requested cancel wins
   over the outcome, a terminal status already set stays); the terminal event is appended only if the log
-  does not end with one already.
+  does not end with one already. Then the response leaves the index of unfinished runs that the repair
+  path watches.
+* ``inspect``: read-only; tells whether a response's run is over (terminal status *and* terminal event).
+
+On the real Functions host a worker that dies does not get its activity re-delivered: the orchestrator
+retries it (a new call with the same input), which is the same situation for the activity. A phase stops
+at ``Settings.phase_deadline_seconds`` (a minute below the host's ``functionTimeout``, which would restart
+the worker) and its run ends ``failed``.
 
 Cancel is atomic to readers: ``POST .../cancel`` only raises the row's cancel flag while the run is
 in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) once the phase it stopped
@@ -55,6 +62,7 @@ from resilient.storage.ports import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Control,
+    EventLog,
     EventWriter,
     JsonDict,
     ResponseRecord,
@@ -66,6 +74,11 @@ MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
 _CONCLUDE_ATTEMPTS = 50
+PENDING_SETTLE_S = 1.0
+PHASE_DEADLINE_MESSAGE = (
+    "Phase {index} did not finish within {seconds:.0f} s (the limit kept below the host's functionTimeout); "
+    "the run was stopped."
+)
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
@@ -192,12 +205,14 @@ class Engine:
         the ``cancelled`` status and the partial output become visible together, without waiting for
         the orchestrator to schedule ``finalize``.
         """
-        summary = await self._run_phase(response_id, index)
+        limit = self.settings.phase_deadline_seconds
+        deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
+        summary = await self._run_phase(response_id, index, deadline)
         if summary.get("stop") == "cancelled":
             await self.settle_cancel(response_id)
         return summary
 
-    async def _run_phase(self, response_id: str, index: int) -> JsonDict:
+    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
         storage = self.storage
         record = await storage.responses.get(response_id)  # carries the control columns too
         control = Control(record.status, record.cancel_requested, record.pending_input_count)
@@ -239,7 +254,7 @@ class Engine:
         denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
         source = _denial(record.doc) if denied else self.agent.run_phase(context)
         try:
-            stopped, failure = await self._stream(response_id, claim, context, items, source)
+            stopped, failure, overtime = await self._stream(response_id, claim, context, items, source, deadline)
         except _Superseded as done:
             return self._summary(index, done.items, context.cancelled, context.pending_input_count)
         except Exception as exc:
@@ -249,7 +264,7 @@ class Engine:
         if failure is not None:
             return await self._failed_attempt(response_id, index, record, claim, items, failure)
 
-        status: ItemStatus = "incomplete" if stopped else "completed"
+        status: ItemStatus = "incomplete" if stopped or overtime else "completed"
         try:
             closing = items.close(status, ensure_item=True)
         except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
@@ -263,6 +278,11 @@ class Engine:
         log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
                                       "chars": sum(len(text_of(i)) for i in items.items),
                                       "storage_calls": claim.storage_calls})
+        if overtime:
+            log.warning("phase deadline", extra={"response_id": response_id, "phase": index})
+            seconds = self.settings.phase_deadline_seconds or 0.0
+            return {"index": index, "stop": "failed", "error": {
+                "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
         return self._summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped)
 
     async def _head(
@@ -348,18 +368,18 @@ class Engine:
 
     async def _stream(
         self, response_id: str, writer: _Claim, context: PhaseContext, items: PhaseItems,
-        source: AsyncIterator[PhaseOutput],
-    ) -> tuple[bool, Exception | None]:
+        source: AsyncIterator[PhaseOutput], deadline: float | None = None,
+    ) -> tuple[bool, Exception | None, bool]:
         """Pump the agent's outputs into the log: batched appends, live control flags, prompt flushes.
 
-        Returns (stopped early, the agent's error if it failed). The first output is appended at once:
-        it claims the log for this attempt.
+        Returns (stopped early, the agent's error if it failed, ran past ``deadline``). The first output is
+        appended at once: it claims the log for this attempt.
         """
         batcher = _Batcher(writer, self.tuning)
         next_control = time.monotonic() + self.tuning.control_interval_s
         outputs = aiter(source)
         pending: asyncio.Future[PhaseOutput] | None = None
-        stopped = False
+        stopped = overtime = False
         failure: Exception | None = None
         try:
             while True:
@@ -369,9 +389,17 @@ class Engine:
                 pending = asyncio.ensure_future(anext(outputs))
                 while not pending.done():
                     wait = batcher.due_in()
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            overtime = True
+                            break
+                        wait = left if wait is None else min(wait, left)
                     await asyncio.wait({pending}, timeout=wait)
                     if not pending.done():
                         await batcher.flush()  # the agent is slow: do not sit on buffered deltas
+                if overtime:
+                    break
                 try:
                     output = pending.result()
                 except StopAsyncIteration:
@@ -399,17 +427,26 @@ class Engine:
                     control = await self.storage.responses.get_control(response_id)
                     context.cancelled = control.cancel_requested or control.status == "cancelled"
                     context.pending_input_count = control.pending_input_count
+                if deadline is not None and time.monotonic() >= deadline:
+                    overtime = True
+                    break
             await batcher.flush()
         finally:
-            if pending is not None and not pending.done():
+            if pending is not None:
+                # Let a cancelled ``anext`` settle (bounded: an agent may swallow the cancellation), so the
+                # generator is no longer running when it is closed; retrieve its outcome (no "exception was
+                # never retrieved" noise).
                 pending.cancel()
+                await asyncio.wait({pending}, timeout=PENDING_SETTLE_S)
+                if pending.done() and not pending.cancelled():
+                    pending.exception()
             closer = getattr(outputs, "aclose", None)
             if closer is not None:
                 try:
                     await closer()  # runs the agent's finally blocks: a model stream is closed here
                 except Exception:  # an agent's cleanup error must not lose the phase
                     log.exception("agent generator close failed")
-        return stopped, failure
+        return stopped, failure, overtime
 
     # -------------------------------------------------------------- finalize
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
@@ -420,19 +457,43 @@ class Engine:
             record = await self._conclude(response_id, output, str(outcome.get("status", "completed")),
                                           outcome.get("error"))
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
+            await self._leave_index(response_id)
             return {"status": "gone"}
         terminal = _terminal_event(record, output)
+        ended = False
         for _ in range(5):
             try:
                 writer = await storage.events.open_writer(response_id)
-                if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
-                    break
-                await writer.append([terminal])
+                if (writer.last_event or {}).get("type") not in ev.TERMINAL_EVENT_TYPES:
+                    await writer.append([terminal])
+                ended = True
                 break
             except LostOwnership:
                 continue  # a zombie phase appended meanwhile; re-read the end and try again
+        if ended:
+            await self._leave_index(response_id)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
+
+    async def _leave_index(self, response_id: str) -> None:
+        """The run is over: drop it from the index the repair path watches. Best effort: a leftover entry
+        costs the repair path one look, after which it removes the entry itself."""
+        try:
+            await self.storage.active.remove(response_id)
+        except Exception:
+            log.warning("could not drop the response from the active index", extra={"response_id": response_id})
+
+    # --------------------------------------------------------------- inspect
+    async def inspect(self, response_id: str) -> JsonDict:
+        """Whether a response's run is over: a terminal status *and* its terminal event in the log (a
+        cancelled run still writes its partial item and terminal event after the status changed).
+        A response that no longer exists (deleted, forgotten, purged) is over too."""
+        try:
+            status = (await self.storage.responses.get_control(response_id)).status
+        except NotFound:
+            return {"status": "gone", "over": True}
+        return {"status": status, "over": status in TERMINAL_STATUSES and await log_ended(self.storage.events,
+                                                                                       response_id)}
 
     async def settle_cancel(self, response_id: str) -> None:
         """Set ``cancelled`` once the run has stopped and its output is checkpointed (no-op when a
@@ -606,6 +667,15 @@ async def _denial(doc: JsonDict) -> AsyncIterator[PhaseOutput]:
     resume = doc["resume"]
     reason = resume.get("reason")
     yield f"Not approved: {resume.get('name') or 'the next step'} was not run" + (f" ({reason})." if reason else ".")
+
+
+async def log_ended(events: EventLog, response_id: str) -> bool:
+    """True when the event log ends with a terminal event (or there is no log any more)."""
+    try:
+        writer = await events.open_writer(response_id)
+    except NotFound:
+        return True
+    return (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES
 
 
 def _previous_turn(record: ResponseRecord) -> str | None:

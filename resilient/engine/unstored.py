@@ -43,10 +43,11 @@ _detached: set[asyncio.Task[Any]] = set()
 
 async def forget(storage: Storage, response_id: str) -> None:
     """Delete every stored trace of a response: items (and their spill blobs), the event log (all
-    segments and the index), then the row (and its spill blobs). Safe to repeat; the row goes last so
-    a delete that dies halfway is found and finished by the next attempt."""
+    segments and the index), its entry in the index of unfinished runs, then the row (and its spill
+    blobs). Safe to repeat; the row goes last so a delete that dies halfway is found again."""
     await storage.items.delete_all(response_id)
     await storage.events.delete(response_id)
+    await storage.active.remove(response_id)  # finalize leaves the index, but a run that never finalized
     await storage.responses.delete(response_id)
     log.info("forgotten (store=false)", extra={"response_id": response_id})
 

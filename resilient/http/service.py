@@ -6,9 +6,15 @@ the tiny :class:`DurableRuntime` port, so the same logic runs under ``func start
 unit tests.
 
 Ordering rules that make crashes harmless:
-* create: input items, response row and event log (``response.created``) are written together, then the
-  orchestration starts. A crash before the start leaves a ``queued`` row that nothing runs; the client got
-  no 2xx, so it retries and gets a new response (ids are never reused).
+* create: input items, response row, event log (``response.created``) and the entry in the index of
+  unfinished runs are written together, then the orchestration starts. A crash before the start leaves a
+  ``queued`` row without an orchestration; the client got no 2xx, so it retries and gets a new response
+  (ids are never reused), and the repair path starts the orphan after its grace period, so it never stays
+  ``queued`` (see :mod:`resilient.engine.repair`).
+* a read of an unfinished response (``GET``, or a stream that sees no progress) asks the repair path to
+  check its orchestration, throttled per response; a run whose orchestration died resumes.
+* streams end cleanly before the host's ``functionTimeout`` (``Settings.stream_limit_seconds``): a timeout
+  would restart the worker and kill every run in it; the client reconnects with ``starting_after``.
 * every event a client sees is read back from the event log (R1), so a live stream and a replay are the
   same bytes.
 """
@@ -24,6 +30,7 @@ from typing import Any, Protocol
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import unstored
+from resilient.engine.repair import DurableControl, Repairer
 from resilient.engine.snapshot import response_object
 from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.streaming import tail_events
@@ -60,10 +67,10 @@ RUN_OVER_WAIT_SECONDS = 2.0
 DELETED_MARK = "deleted"  # doc key set by the one DELETE that wins; the row is 404 from then on
 
 
-class DurableRuntime(Protocol):
-    """What the endpoints need from Durable Functions."""
-
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None: ...
+class DurableRuntime(DurableControl, Protocol):
+    """What the app needs from Durable Functions: start (also over a terminal instance), status and entity
+    signals (for the repair path, :class:`~resilient.engine.repair.DurableControl`), and raising events
+    (cancel). The endpoints themselves only start and raise events."""
 
     async def raise_event(self, instance_id: str, name: str, data: Any) -> None: ...
 
@@ -84,16 +91,22 @@ def error_result(error: ApiError) -> HttpResult:
     return HttpResult(error.status, error.body(), headers=error.headers())
 
 
+# An SSE comment (clients ignore it) on a stream ended by the time limit, for people reading the raw stream.
+# One newline only, like the keep-alive: a blank line after it would dispatch an empty event, because a client
+# keeps the last event id (SSE spec), and the ``openai`` client then fails to parse its empty data.
+STREAM_LIMIT_NOTE = b": stream time limit reached; reconnect with starting_after=<last sequence_number>\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
 
 
 class ResponsesService:
     cancel_settle_seconds: float = CANCEL_SETTLE_SECONDS  # how long a cancel waits for the run to stop
 
-    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings) -> None:
+    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
+                 repairer: Repairer | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
+        self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
 
     # ---------------------------------------------------------------- create
     async def create(self, body: bytes) -> HttpResult:
@@ -136,17 +149,20 @@ class ResponsesService:
         }
         if continuation.resume is not None:
             doc["resume"] = continuation.resume
+        if not request.store:
+            doc[orch.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
-        _, record, _ = await asyncio.gather(
+        _, record, _, _ = await asyncio.gather(
             self.storage.items.put_input_items(response_id, items),
             self.storage.responses.create(response_id, "queued", doc),
             self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
+            self.storage.active.add(response_id, doc["created_at"]),  # watched by the repair path until final
         )
         run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
-        if not request.store:
-            run_input[orch.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
+        if not request.store:  # in the row too: a repaired execution must still delete itself at its end
+            run_input[orch.FORGET_AFTER_KEY] = doc[orch.FORGET_AFTER_KEY]
         try:
             await self.runtime.start(response_id, run_input)
         except Exception:
@@ -157,7 +173,8 @@ class ResponsesService:
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:
-            return HttpResult(200, stream=self._stream_then_forget(record, -1), headers=dict(SSE_HEADERS))
+            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1)),
+                              headers=dict(SSE_HEADERS))
         if request.background:
             return HttpResult(200, response_object(record, []))
         return HttpResult(200, await self._wait_for_terminal(record))
@@ -259,11 +276,22 @@ class ResponsesService:
             log.exception("could not mark an unstarted response failed", extra={"response_id": response_id})
 
     async def _wait_for_terminal(self, record: ResponseRecord) -> dict[str, Any]:
-        """A synchronous (non-background, non-stream) request: follow the log to its terminal event."""
+        """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
+        answer with the response as it is before the host's functionTimeout would restart the worker.
+
+        For ``store=false`` the end of this request, however it ends, lets the run forget: an answer cut
+        short by the time limit is "abandoned" (the run is stopped: nobody can read the rest)."""
+        limit = self.settings.stream_limit_seconds
         delivered = False
         try:
-            async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None):
-                pass
+            try:
+                async with asyncio.timeout(limit):
+                    async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None,
+                                               finished=self._finished_probe(record.response_id)):
+                        pass
+            except TimeoutError:
+                log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
+                return await self._response(record.response_id)
             final = await self._response(record.response_id)
             delivered = True
             return final
@@ -273,10 +301,11 @@ class ResponsesService:
 
     async def _stream_then_forget(self, record: ResponseRecord, starting_after: int) -> AsyncIterator[bytes]:
         """The live stream of ``POST /responses``. For ``store=false`` the end of this generator, however
-        it ends (terminal event sent, client gone, worker shutting down), is what lets the run forget."""
+        it ends (terminal event sent, client gone, time limit, worker shutting down), lets the run forget."""
         delivered = False
         try:
-            async for frame in tail_events(self.storage.events, record.response_id, starting_after):
+            async for frame in tail_events(self.storage.events, record.response_id, starting_after,
+                                           finished=self._finished_probe(record.response_id)):
                 yield frame
             delivered = True
         finally:
@@ -311,10 +340,36 @@ class ResponsesService:
                     errors.CODE_BACKGROUND_REQUIRED,
                     "Streaming a stored response is only possible for responses created with background=true.",
                     param="stream")
-            return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
-                                                      finished=self._finished_probe(response_id)),
+            return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
+                                                                    finished=self._finished_probe(response_id))),
                               headers=dict(SSE_HEADERS))
+        if record.status in ACTIVE_STATUSES:
+            await self._nudge(response_id)
         return HttpResult(200, await self._response(response_id, record))
+
+    async def _nudge(self, response_id: str) -> None:
+        """The client reads a run that is not over: let the repair path check that its orchestration still
+        lives (throttled per response; never raises)."""
+        if self.repairer is not None:
+            await self.repairer.nudge(response_id)
+
+    async def _limited(self, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """End a stream cleanly before the host's functionTimeout (which would restart the worker). The
+        stream then ends without a terminal event; the client reconnects with ``starting_after`` = the last
+        ``sequence_number`` it got. Frames (keep-alives included) come at least every 15 s, so the limit is
+        kept within that; it sits a minute below the timeout."""
+        limit = self.settings.stream_limit_seconds
+        try:
+            deadline = None if limit is None else time.monotonic() + limit
+            async for frame in frames:
+                yield frame
+                if deadline is not None and time.monotonic() >= deadline:
+                    yield STREAM_LIMIT_NOTE
+                    return
+        finally:
+            closer = getattr(frames, "aclose", None)
+            if closer is not None:
+                await closer()
 
     def _finished_probe(self, response_id: str) -> Callable[[], Awaitable[bool]]:
         """Tells an idle replay that nothing more will come. A terminal *status* is not enough: finalize
@@ -325,9 +380,11 @@ class ResponsesService:
 
         async def finished() -> bool:
             if (await self.storage.responses.get_control(response_id)).status not in TERMINAL_STATUSES:
+                await self._nudge(response_id)  # no progress for a while: is its orchestration alive?
                 return False
             if await self._run_over(response_id):
                 return True
+            await self._nudge(response_id)  # terminal status but no terminal event yet
             terminal_since[:] = terminal_since or [time.monotonic()]
             return time.monotonic() - terminal_since[0] > FINALIZE_GRACE_SECONDS
 

@@ -243,3 +243,27 @@ class ChainStore(Protocol):
     async def append_turn(self, record: ChainRecord, response_id: str, open_turns: Sequence[str]) -> ChainRecord:
         """CAS: make ``response_id`` the latest turn and set the open turns; PreconditionFailed if raced."""
         ...
+
+
+@dataclass(frozen=True)
+class ActiveEntry:
+    """One unfinished response in the :class:`ActiveIndex`."""
+
+    response_id: str
+    since: float  # creation time, epoch seconds
+
+
+class ActiveIndex(Protocol):
+    """The responses not yet finalized, so the repair path finds stuck runs without scanning every row."""
+
+    async def add(self, response_id: str, since_epoch_seconds: float) -> None:
+        """Idempotent (upsert)."""
+        ...
+
+    async def remove(self, response_id: str) -> None:
+        """Idempotent delete (absent is fine)."""
+        ...
+
+    async def list(self, limit: int) -> list[ActiveEntry]:
+        """Up to ``limit`` entries, in no particular order."""
+        ...

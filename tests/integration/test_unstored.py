@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import secrets
@@ -187,3 +188,44 @@ async def test_a_store_false_response_whose_run_cannot_start_is_forgotten_at_onc
     assert (answer.status, answer.body["error"]["code"]) == (503, "service_unavailable")
     [rid] = runtime.started
     assert await _left(storage, rid) == []
+
+
+# ------------------------------------------------------------------ a store=false run whose orchestration died
+async def test_a_repaired_store_false_run_still_deletes_itself(storage: Storage, settings: Settings) -> None:
+    """The orchestration dies mid-run (Failed, as the real host leaves it when a worker dies during an
+    episode); the repair path starts a new execution, which must still end by deleting everything, since
+    the request that could report its client gone died with the worker (grace timer, scaled here)."""
+    from resilient.agents.research import ResearchAgent
+    from resilient.engine.activities import Engine, Tuning
+    from resilient.engine.repair import Repairer, RepairPolicy, Throttle
+    from tests.durable_standin import Durable
+
+    tuned = dataclasses.replace(settings, agent_delta_delay_ms=15)
+    engine = Engine(storage, ResearchAgent(tuned), tuned, Tuning(flush_interval_s=0.02, control_interval_s=0.05))
+    durable = Durable(engine, timer_scale=0.01)
+    service = ResponsesService(storage, durable, tuned)
+    result = await _create(service, store=False, stream=True, metadata={"research_phases": "3",
+                                                                        "words_per_phase": "24"})
+    [rid] = [start[0] for start in durable.starts]
+    assert durable.starts[0][1]["forget_after_seconds"] == settings.unstored_grace_seconds
+    await _until_streaming(storage, rid)
+    await durable.kill(rid, "Failed")
+    repairer = Repairer(storage, durable, engine.finalize,
+                        RepairPolicy(missing_grace_seconds=60.0, cooldown_seconds=15.0, min_age_seconds=0.0),
+                        throttle=Throttle())
+    verdict = await repairer.check(rid)
+    assert verdict.action == "restarted"
+    assert durable.starts[-1][1]["forget_after_seconds"] == settings.unstored_grace_seconds
+    await durable.wait(rid, 60)
+    assert await _left(storage, rid) == []
+    assert rid not in {entry.response_id for entry in await storage.active.list(10_000)}
+    assert result.stream is not None
+    await result.stream.aclose()
+
+
+async def _until_streaming(storage: Storage, rid: str) -> None:
+    for _ in range(1500):
+        if any(e.type == "response.output_text.delta" for e in (await storage.events.read_after(rid, -1)).events):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the run never streamed")

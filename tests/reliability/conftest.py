@@ -98,6 +98,7 @@ def double_env(storage: str) -> dict[str, str]:
         "RESILIENT_AGENT_DELTA_DELAY_MS": "0",
         "RESILIENT_ENABLE_CRASH_ENDPOINT": "true",
         "RESILIENT_STEERABLE_CONVERSATIONS": "true",
+        "RESILIENT_REPAIR_GRACE_SECONDS": "5",  # a missing orchestration is repaired after 5 s, not 60
     }
 
 

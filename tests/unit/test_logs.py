@@ -20,6 +20,15 @@ def test_context_keys_are_appended_to_the_message(caplog: pytest.LogCaptureFixtu
     assert record.getMessage() == "phase x done | response_id=resp_1 phase=2"
 
 
+def test_repair_lines_carry_what_was_found(caplog: pytest.LogCaptureFixture) -> None:
+    logs.install()
+    logger = logging.getLogger("resilient.repair")
+    with caplog.at_level(logging.WARNING, logger="resilient.repair"):
+        logger.warning("repaired", extra={"response_id": "resp_1", "found": "Failed", "repair": 1})
+    (record,) = caplog.records
+    assert record.getMessage() == "repaired | response_id=resp_1 found=Failed repair=1"
+
+
 def test_the_converters_typing_notice_is_dropped_and_nothing_else(caplog: pytest.LogCaptureFixture) -> None:
     """The advisory comes from ``azure.functions`` itself, logged by the worker's activity-input decode."""
     import azure.functions._durable_functions as converter_module

@@ -99,19 +99,30 @@ def listening_pid(url: str) -> int | None:
     return None
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """user+system CPU of ``pid`` and every live descendant (host double: host process + worker child)."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """user+system CPU of ``pid`` itself and of all its live descendants, in seconds.
+
+    For the host double the root is the host process (HTTP proxy + Durable engine) and the descendant is
+    the worker process (the product code); for the reference server the root is the whole server.
+    """
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        children = root.children(recursive=True)
     except psutil.Error:
-        return math.nan
-    total = 0.0
-    for proc in procs:
+        return math.nan, math.nan
+
+    def cpu(proc: psutil.Process) -> float:
         with contextlib.suppress(psutil.Error):
             times = proc.cpu_times()
-            total += times.user + times.system
-    return total
+            return float(times.user + times.system)
+        return 0.0
+
+    return cpu(root), sum(cpu(child) for child in children)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """user+system CPU of ``pid`` and every live descendant (host double: host process + worker child)."""
+    return sum(cpu_split(pid))
 
 
 # ------------------------------------------------------------------------------------------ managed servers
@@ -273,6 +284,8 @@ class RunResult:
     events: int = 0
     seq_gaps: int = 0
     cpu_s: float = math.nan
+    cpu_root_s: float = math.nan  # the listening process only (host double: the host)
+    cpu_children_s: float = math.nan  # its descendants (host double: the worker)
     storage_calls: float = math.nan
     reconnect_first_s: float = math.nan
     reconnect_total_s: float = math.nan
@@ -327,7 +340,8 @@ def one_run(target: Target, args: argparse.Namespace) -> RunResult:
         "delta_delay_ms": str(int(args.delay_ms)),
     }
     storage_before = target.storage()
-    cpu_before = tree_cpu_seconds(target.pid) if target.pid else math.nan
+    split_before = cpu_split(target.pid) if target.pid else (math.nan, math.nan)
+    cpu_before = sum(split_before)
     started = time.perf_counter()
     try:
         stream = target.client.responses.create(
@@ -338,7 +352,10 @@ def one_run(target: Target, args: argparse.Namespace) -> RunResult:
         result.total_s = time.perf_counter() - started
         time.sleep(args.settle_ms / 1000.0)
         if target.pid:
-            result.cpu_s = tree_cpu_seconds(target.pid) - cpu_before
+            split_after = cpu_split(target.pid)
+            result.cpu_s = sum(split_after) - cpu_before
+            result.cpu_root_s = split_after[0] - split_before[0]
+            result.cpu_children_s = split_after[1] - split_before[1]
         storage_after = target.storage()
         if storage_before is not None and storage_after is not None:
             delta = storage_after - storage_before
@@ -451,7 +468,7 @@ def _vals(target: Target, name: str) -> list[float]:
     return [getattr(r, name) for r in _ok(target) if not math.isnan(getattr(r, name))]
 
 
-def metrics(target: Target, phases: int) -> dict[str, float]:
+def metrics(target: Target, phases: int, words: int) -> dict[str, float]:
     ok = _ok(target)
     ms = 1000.0
     m: dict[str, float] = {}
@@ -467,6 +484,12 @@ def metrics(target: Target, phases: int) -> dict[str, float]:
     events = sum(r.events for r in cpu_runs)
     m["server CPU per event (ms, total/total)"] = sum(r.cpu_s for r in cpu_runs) / events * ms if events else math.nan
     m["server CPU per run p50 (ms)"] = percentile([r.cpu_s for r in cpu_runs], 50) * ms
+    # Product code only: the host double's worker process; the reference server has no such split (its one
+    # process is the product), so its whole-process figure is the comparison point.
+    worker = [r.cpu_children_s if target.name == "ours" else r.cpu_root_s for r in cpu_runs]
+    m["worker CPU per event (ms; ref: whole server)"] = sum(worker) / events * ms if events else math.nan
+    host = sum(r.cpu_root_s for r in cpu_runs) / events * ms if events and target.name == "ours" else math.nan
+    m["host-double host CPU per event (ms)"] = host
     m["reconnect first event p50 (ms)"] = percentile(_vals(target, "reconnect_first_s"), 50) * ms
     m["reconnect first event p95 (ms)"] = percentile(_vals(target, "reconnect_first_s"), 95) * ms
     m["reconnect to completion p50 (ms)"] = percentile(_vals(target, "reconnect_total_s"), 50) * ms
@@ -477,6 +500,7 @@ def metrics(target: Target, phases: int) -> dict[str, float]:
     m["server CPU per replayed event (ms)"] = sum(r.reconnect_cpu_s for r in rc) / revents * ms if revents else math.nan
     storage = _vals(target, "storage_calls")
     m["storage calls per phase (mean)"] = statistics.fmean(storage) / phases if storage else math.nan
+    m["storage calls per delta (mean)"] = statistics.fmean(storage) / (phases * words) if storage else math.nan
     rstorage = _vals(target, "reconnect_storage_calls")
     m["storage calls per reconnect (mean)"] = statistics.fmean(rstorage) if rstorage else math.nan
     m["sequence gaps (all runs)"] = float(sum(r.seq_gaps for r in ok))
@@ -506,8 +530,8 @@ def _fmt(value: float) -> str:
     return f"{value:.3f}"
 
 
-def render(targets: list[Target], phases: int) -> str:
-    by_name = {t.name: metrics(t, phases) for t in targets}
+def render(targets: list[Target], phases: int, words: int) -> str:
+    by_name = {t.name: metrics(t, phases, words) for t in targets}
     names = [t.name for t in targets]
     keys = list(next(iter(by_name.values())).keys())
     header = ["metric", *names] + (["ours/ref", "better"] if len(names) == 2 else [])
@@ -663,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
 
         print()
-        print(render(targets, args.phases))
+        print(render(targets, args.phases, args.words))
         print()
         for target in targets:
             if target.storage_breakdown:
@@ -682,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps(
                     {
                         "command": [sys.executable, *sys.argv],
-                        "metrics": {t.name: metrics(t, args.phases) for t in targets},
+                        "metrics": {t.name: metrics(t, args.phases, args.words) for t in targets},
                         "runs": {t.name: [asdict(r) for r in t.results] for t in targets},
                         "storage_breakdown": {t.name: dict(t.storage_breakdown) for t in targets},
                         "probes": probes,

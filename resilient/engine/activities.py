@@ -31,6 +31,7 @@ from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound
 from resilient.storage.factory import Storage
+from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -201,10 +202,11 @@ class Engine:
             pending_input_count=control.pending_input_count,
             cancelled=control.cancel_requested,
         )
-        text, stopped = await self._stream(response_id, writer, context, item_id)
-        status: ItemStatus = "incomplete" if stopped else "completed"
-        item = output_message(item_id, text, status=status)
-        await writer.append(ev.phase_closing_events(index, item_id, text, status))
+        with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
+            text, stopped = await self._stream(response_id, writer, context, item_id)
+            status: ItemStatus = "incomplete" if stopped else "completed"
+            item = output_message(item_id, text, status=status)
+            await writer.append(ev.phase_closing_events(index, item_id, text, status))
         await storage.items.put_output_item(response_id, index, item)
         log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
                                       "storage_calls": writer.storage_calls})

@@ -2,8 +2,16 @@
 
 Both the live stream of ``POST /responses`` (stream=true) and ``GET …?stream=true&starting_after=N`` use
 this, so a client only ever sees what a reconnect would see (R1) and a reconnect gets exactly the events
-after N (R2). Polling backs off while the log is idle (each poll is a billed storage call) and snaps
-back to a short interval as soon as events flow.
+after N (R2).
+
+Where events come from: the first read is always from storage. After that, blocks that a writer in this
+process committed arrive through :data:`~resilient.storage.feed.COMMITTED` (no storage round trip per
+frame); storage is read again whenever they do not continue exactly where this reader stopped, and
+polled for writers in other processes. Polling backs off while the log is idle (each poll is a billed
+storage call), snaps back to a short interval as soon as events flow, and is only a slow safety net while
+a phase of this response streams in this process.
+
+Every read's frames are sent as one chunk (one socket write), not one write per frame.
 """
 
 from __future__ import annotations
@@ -15,14 +23,47 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
 from resilient.storage.errors import NotFound, StorageUnavailable
-from resilient.storage.ports import EventLog, ReadCursor, ReadResult
-from resilient.storage.signals import APPENDS
+from resilient.storage.feed import COMMITTED, CommittedBlock, CommittedFeed
+from resilient.storage.ports import EventLog, ReadCursor, StoredEvent
 
 log = logging.getLogger("resilient.http")
 
 POLL_MIN_SECONDS = 0.02
 POLL_MAX_SECONDS = 0.5
+# While a phase of the response streams in this process its blocks arrive through the feed; storage is
+# then polled only this often, for the case of a writer elsewhere that fenced the local one off.
+POLL_WHILE_LOCAL_SECONDS = 2.0
 STORAGE_OUTAGE_LIMIT_SECONDS = 120.0
+
+
+class _Frames:
+    """Frames collected for one write, and whether the terminal event is among them."""
+
+    def __init__(self, last_sequence_number: int) -> None:
+        self.last_seq = last_sequence_number
+        self.chunks: list[bytes] = []
+        self.terminal = False
+
+    def add(self, events: tuple[StoredEvent, ...] | list[StoredEvent]) -> None:
+        for event in events:
+            if self.terminal or event.sequence_number <= self.last_seq:
+                continue
+            self.chunks.append(event.frame)
+            self.last_seq = event.sequence_number
+            if event.type in TERMINAL_EVENT_TYPES:
+                self.terminal = True
+
+    def take(self) -> bytes:
+        data = b"".join(self.chunks)
+        self.chunks = []
+        return data
+
+
+def _continues(block: CommittedBlock, cursor: ReadCursor) -> bool | None:
+    """True: the block follows ``cursor`` (possibly overlapping it); None: nothing new; False: a gap."""
+    if block.cursor.last_sequence_number <= cursor.last_sequence_number:
+        return None
+    return block.first_sequence_number <= cursor.last_sequence_number + 1
 
 
 async def tail_events(
@@ -33,8 +74,10 @@ async def tail_events(
     keepalive_seconds: float | None = 15.0,
     poll_min: float = POLL_MIN_SECONDS,
     poll_max: float = POLL_MAX_SECONDS,
+    poll_while_local: float = POLL_WHILE_LOCAL_SECONDS,
     finished: Callable[[], Awaitable[bool]] | None = None,
     finished_check_seconds: float = 2.0,
+    feed: CommittedFeed = COMMITTED,
 ) -> AsyncIterator[bytes]:
     """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one.
 
@@ -42,51 +85,92 @@ async def tail_events(
     ``finished_check_seconds`` without new events, so a client that asked for a ``starting_after`` past
     the terminal event gets an empty, closed stream instead of an endless one.
     """
-    result: ReadResult | None = None
-    cursor: ReadCursor | None = None
-    delay = poll_min
-    last_output = time.monotonic()
-    outage_since: float | None = None
-    next_finished_check = time.monotonic() + finished_check_seconds
-    finished_seen = False
-    while True:
-        try:
-            if cursor is None:
-                result = await events.read_after(response_id, starting_after)
-            else:
-                result = await events.read_more(response_id, cursor)
-            outage_since = None
-        except NotFound:
-            return  # deleted while streaming: nothing more will come
-        except StorageUnavailable:
-            outage_since = outage_since or time.monotonic()
-            if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
-                log.warning("storage unavailable too long; ending stream", extra={"response_id": response_id})
-                return  # the client reconnects with starting_after and misses nothing
-            result = None
-        if result is not None:
-            cursor = result.cursor
-            for event in result.events:
-                yield event.frame
-                if event.type in TERMINAL_EVENT_TYPES:
+    with feed.subscribe(response_id) as local:
+        cursor: ReadCursor | None = None
+        frames = _Frames(starting_after)
+        delay = poll_min
+        storage_due = time.monotonic()  # the first read is from storage
+        last_output = time.monotonic()
+        outage_since: float | None = None
+        next_finished_check = time.monotonic() + finished_check_seconds
+        finished_seen = False
+        was_local = False
+        while True:
+            got_events = False
+            empty_read = False
+            if cursor is None or time.monotonic() >= storage_due:
+                try:
+                    if cursor is None:
+                        result = await events.read_after(response_id, starting_after)
+                    else:
+                        result = await events.read_more(response_id, cursor)
+                    outage_since = None
+                except NotFound:
+                    return  # deleted while streaming: nothing more will come
+                except StorageUnavailable:
+                    outage_since = outage_since or time.monotonic()
+                    if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
+                        log.warning("storage unavailable too long; ending stream", extra={"response_id": response_id})
+                        return  # the client reconnects with starting_after and misses nothing
+                    result = None
+                if result is not None:
+                    cursor = result.cursor
+                    got_events = bool(result.events)
+                    empty_read = not got_events
+                    frames.add(result.events)
+                delay = poll_min if got_events else min(poll_max, delay * 2)
+                storage_due = time.monotonic() + delay
+            gap = False
+            if cursor is not None:
+                blocks, gap = local.drain()
+                for block in blocks:
+                    continues = _continues(block, cursor)
+                    if continues is None:
+                        continue
+                    if not continues:
+                        gap = True  # committed before we subscribed, or dropped: storage has it all
+                        break
+                    frames.add(block.events)
+                    cursor = block.cursor
+                    got_events = True
+            if frames.chunks:
+                yield frames.take()
+                if frames.terminal:
                     return
-            if result.events:
-                delay = poll_min
-                last_output = time.monotonic()
-                next_finished_check = last_output + finished_check_seconds
+            now = time.monotonic()
+            if got_events:
+                last_output = now
+                next_finished_check = now + finished_check_seconds
+            if gap:
+                storage_due = now
                 continue
-            if finished_seen:
+            local_phase = feed.writing_here(response_id)
+            if local_phase:
+                storage_due = max(storage_due, now + poll_while_local)
+            elif was_local or got_events:
+                delay = poll_min  # a phase here just ended, or events flow: the next may come from anywhere
+                storage_due = min(storage_due, now + poll_min)
+            was_local = local_phase
+            if got_events:
+                continue
+            if empty_read and finished_seen:
                 return  # terminal status seen before this (empty) read: the terminal event was skipped
-            if finished is not None and time.monotonic() >= next_finished_check:
-                next_finished_check = time.monotonic() + finished_check_seconds
+            if finished is not None and now >= next_finished_check:
+                next_finished_check = now + finished_check_seconds
                 try:
                     finished_seen = await finished()
                 except (NotFound, StorageUnavailable):
                     finished_seen = False
                 if finished_seen:
+                    storage_due = time.monotonic()
                     continue  # read once more: the terminal event may have landed just now
-        if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
-            yield KEEPALIVE
-            last_output = time.monotonic()
-        await APPENDS.wait(response_id, delay)  # an append in this process wakes us at once
-        delay = min(poll_max, delay * 2)
+            if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
+                yield KEEPALIVE
+                last_output = time.monotonic()
+            wait = storage_due - time.monotonic()
+            if keepalive_seconds is not None:
+                wait = min(wait, last_output + keepalive_seconds - time.monotonic())
+            if finished is not None:
+                wait = min(wait, next_finished_check - time.monotonic())
+            if wait > 0:
+                await local.wait(wait)  # a block committed in this process wakes us at once

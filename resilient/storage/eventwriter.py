@@ -30,9 +30,9 @@ from azure.storage.blob.aio import BlobClient, ContainerClient
 from resilient.protocol.sse import encode_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
+from resilient.storage.feed import COMMITTED, CommittedBlock
 from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
-from resilient.storage.ports import JsonDict
-from resilient.storage.signals import APPENDS
+from resilient.storage.ports import JsonDict, ReadCursor, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,11 @@ class _Block:
     data: bytes
     first_seq: int
     last_event: JsonDict
+    events: tuple[StoredEvent, ...]
+
+
+def _block(events: list[StoredEvent], first_seq: int, last_event: JsonDict) -> _Block:
+    return _Block(b"".join(e.frame for e in events), first_seq, last_event, tuple(events))
 
 
 class BlobEventWriter:
@@ -139,16 +144,17 @@ class BlobEventWriter:
             self._pos.next_seq = int(block.last_event["sequence_number"]) + 1
             self._pos.last_event = block.last_event
             self._blocks_since_index += 1
+            # Committed: readers in this process may have it now, without reading it back from storage.
+            cursor = ReadCursor(self._pos.segment, self._pos.offset, self._pos.next_seq - 1)
+            COMMITTED.publish(self._rid, CommittedBlock(block.events, cursor))
             if self._blocks_since_index >= self._limits.index_every:
                 await self._add_index_record(block.first_seq, self._pos.segment, offset)
-        if blocks:
-            APPENDS.publish(self._rid)  # wake co-located readers now rather than at their next poll
         return self._pos.next_seq - 1
 
     def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:
         """Stamp and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
         blocks: list[_Block] = []
-        current: list[bytes] = []
+        current: list[StoredEvent] = []
         size = 0
         first_seq = seq = self._pos.next_seq
         stamped: JsonDict = {}
@@ -161,14 +167,14 @@ class BlobEventWriter:
                     f"event {seq} frame is {len(frame)} bytes, over the {self._limits.max_block_bytes} limit"
                 )
             if current and size + len(frame) > self._limits.max_block_bytes:
-                blocks.append(_Block(b"".join(current), first_seq, previous))
+                blocks.append(_block(current, first_seq, previous))
                 current, size, first_seq = [], 0, seq
-            current.append(frame)
+            current.append(StoredEvent(seq, str(stamped["type"]), frame))
             size += len(frame)
             previous = stamped
             seq += 1
         if current:
-            blocks.append(_Block(b"".join(current), first_seq, stamped))
+            blocks.append(_block(current, first_seq, stamped))
         return blocks
 
     def _segment_blob(self) -> BlobClient:

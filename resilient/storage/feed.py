@@ -1,0 +1,159 @@
+"""In-process feed of committed events: a reader in the writer's process gets them without a storage read.
+
+Why: the HTTP stream of a run and the activity that writes its log usually live in the same worker
+process. Reading every append back from storage costs each reader one round trip (and about a
+millisecond of CPU in the storage SDK) per poll. So a writer publishes each block *after* storage accepted
+it, together with the log position right after it, and a reader in the same process consumes the block
+when it continues exactly where the reader stopped. Anything else (a gap, a reader that fell behind, a
+writer in another process) is read from storage, which stays the source of truth for other instances,
+for replay and after restarts. Nothing is ever published that is not already in the blob (R1).
+
+The feed also knows whether a phase of a run is streaming in this process right now: while one is, a
+reader's storage polls are only a safety net (any other writer would fence the local one off).
+
+Thread-safe: a publisher on another thread or event loop hands blocks over with ``call_soon_threadsafe``;
+on the subscriber's own loop (the common case) they are handed over directly, without waking the loop
+through its self-pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from resilient.storage.ports import ReadCursor, StoredEvent
+
+# A subscriber that does not keep up (a slow client) holds at most this much; past it the pending blocks
+# are dropped and the reader catches up from storage instead (memory stays bounded per reader).
+MAX_PENDING_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CommittedBlock:
+    """Events that one append committed (contiguous sequence numbers) and the log position after them."""
+
+    events: tuple[StoredEvent, ...]
+    cursor: ReadCursor
+
+    @property
+    def first_sequence_number(self) -> int:
+        return self.events[0].sequence_number if self.events else self.cursor.last_sequence_number + 1
+
+    @property
+    def size(self) -> int:
+        return sum(len(event.frame) for event in self.events)
+
+
+class Subscription:
+    """One reader's inbox for one response. Use it from the event loop that created it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_pending_bytes: int) -> None:
+        self.loop = loop
+        self._max_bytes = max_pending_bytes
+        self._pending: deque[CommittedBlock] = deque()
+        self._bytes = 0
+        self._overflowed = False
+        self._wake = asyncio.Event()
+
+    def _push(self, block: CommittedBlock | None) -> None:
+        """Runs on the subscriber's loop. ``None`` only wakes the reader (a writer started or stopped)."""
+        if block is not None:
+            self._pending.append(block)
+            self._bytes += block.size
+            if self._bytes > self._max_bytes:
+                self._pending.clear()
+                self._bytes = 0
+                self._overflowed = True
+        self._wake.set()
+
+    def drain(self) -> tuple[list[CommittedBlock], bool]:
+        """``(blocks received since the last drain, whether some were dropped)``."""
+        blocks = list(self._pending)
+        overflowed = self._overflowed
+        self._pending.clear()
+        self._bytes = 0
+        self._overflowed = False
+        self._wake.clear()
+        return blocks, overflowed
+
+    async def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds or until something is published (True) for this response."""
+        if self._wake.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+
+class CommittedFeed:
+    def __init__(self, max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
+        self._subscribers: dict[str, set[Subscription]] = {}
+        self._active_writers: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._max_pending_bytes = max_pending_bytes
+
+    @contextmanager
+    def subscribe(self, response_id: str) -> Iterator[Subscription]:
+        """Receive every block committed to ``response_id``'s log in this process while inside the block.
+
+        Subscribe *before* reading storage: a block committed during the read is then not missed (it
+        may overlap the read; readers skip sequence numbers they have).
+        """
+        subscription = Subscription(asyncio.get_running_loop(), self._max_pending_bytes)
+        with self._lock:
+            self._subscribers.setdefault(response_id, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            with self._lock:
+                subscribers = self._subscribers.get(response_id)
+                if subscribers is not None:
+                    subscribers.discard(subscription)
+                    if not subscribers:
+                        del self._subscribers[response_id]
+
+    def publish(self, response_id: str, block: CommittedBlock | None) -> None:
+        """Hand a committed block (or, with ``None``, just a wake-up) to every subscriber of the response."""
+        with self._lock:
+            subscribers = list(self._subscribers.get(response_id, ()))
+        if not subscribers:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for subscription in subscribers:
+            if subscription.loop is running:
+                subscription._push(block)
+            elif not subscription.loop.is_closed():
+                subscription.loop.call_soon_threadsafe(subscription._push, block)
+
+    @contextmanager
+    def writing(self, response_id: str) -> Iterator[None]:
+        """Mark a phase of ``response_id`` as streaming in this process (readers poll storage less)."""
+        with self._lock:
+            self._active_writers[response_id] = self._active_writers.get(response_id, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._active_writers.get(response_id, 1) - 1
+                if left > 0:
+                    self._active_writers[response_id] = left
+                else:
+                    self._active_writers.pop(response_id, None)
+            if left <= 0:
+                self.publish(response_id, None)  # readers go back to polling storage at once
+
+    def writing_here(self, response_id: str) -> bool:
+        with self._lock:
+            return response_id in self._active_writers
+
+
+COMMITTED = CommittedFeed()

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from resilient.agents.base import Agent, AgentRequest, Phase, PhaseContext
@@ -46,6 +47,7 @@ log = logging.getLogger("resilient.engine")
 MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
+REMEMBERED_RUNS = 1024
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
@@ -70,6 +72,32 @@ def _boundary(last_event: JsonDict | None, index: int) -> bool:
     if kind == "response.in_progress":
         return True
     return kind == "response.output_item.done" and last_event.get("output_index") == index - 1
+
+
+@dataclass
+class _RunMemo:
+    """What this process learnt about a run while driving it, so that the run's next activity here does
+    not read it back: the row (its document is fixed once planned; its ETag may go stale, which only costs
+    a lost CAS), the agent request (input items and chain history never change), and the checkpoints this
+    process wrote. Trusted only together with the run's kept log writer, whose fenced append proves that
+    no other process advanced the run meanwhile."""
+
+    record: ResponseRecord
+    request: AgentRequest
+    checkpoints: list[JsonDict]
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A phase's hold on the end of the log (its opening events are appended) and what it starts from."""
+
+    record: ResponseRecord
+    control: Control
+    writer: EventWriter
+    plan: list[Phase]
+    previous: list[JsonDict]  # the checkpoints of the phases before this one
+    recovery: bool
+    request: AgentRequest | None  # known already (None: build it)
 
 
 class _Batcher:
@@ -109,47 +137,143 @@ class Engine:
         self.agent = agent
         self.settings = settings
         self.tuning = tuning or Tuning()
+        self._runs: OrderedDict[str, _RunMemo] = OrderedDict()
+
+    def _remember(self, memo: _RunMemo) -> None:
+        rid = memo.record.response_id
+        self._runs[rid] = memo
+        self._runs.move_to_end(rid)
+        while len(self._runs) > REMEMBERED_RUNS:
+            self._runs.popitem(last=False)
+
+    async def _append_at_end(
+        self, response_id: str, decide: Callable[[JsonDict | None], list[JsonDict]]
+    ) -> EventWriter:
+        """Append ``decide(last event)`` at the end of the log and return the writer.
+
+        Tries the writer kept from this run's previous activity in this process first (no storage read;
+        its append is fenced, so a stale one fails without appending), then freshly opened ones. When
+        ``decide`` returns nothing no append confirms the writer, so it may only do that for a condition
+        that stays true once true (e.g. "the terminal event is already there").
+        """
+        events = self.storage.events
+        writer = events.take_writer(response_id)
+        for _ in range(OPEN_ATTEMPTS):
+            if writer is None:
+                writer = await events.open_writer(response_id)
+            batch = decide(writer.last_event)
+            if not batch:
+                return writer
+            try:
+                await writer.append(batch)
+                return writer
+            except LostOwnership:
+                writer = None  # somebody appended since this writer's last append: look again
+        raise LostOwnership(f"could not append to the event log of {response_id}")
 
     # ------------------------------------------------------------------ plan
     async def plan(self, response_id: str) -> JsonDict:
         """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
         responses = self.storage.responses
-        record = await responses.get(response_id)
+        self._runs.pop(response_id, None)
+        record = await responses.get(response_id)  # carries the cancel flag too
         if record.status in TERMINAL_STATUSES:
             return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
-        control = await responses.get_control(response_id)
-        if control.cancel_requested:
+        if record.cancel_requested:
             return {"stop": "cancelled"}
+        request = await self._agent_request(record)
         plan = record.doc.get("plan")
         if plan is None:
-            phases = list(await self.agent.plan(await self._agent_request(record)))
+            phases = list(await self.agent.plan(request))
             if not 1 <= len(phases) <= MAX_PHASES:
                 raise ValueError(f"an agent plan must have 1..{MAX_PHASES} phases, got {len(phases)}")
             plan = [p.to_json() for p in phases]
         try:
             record = await responses.transition(
-                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes={"plan": plan}
+                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes={"plan": plan}, current=record
             )
         except InvalidTransition:
             return {"stop": "cancelled"}
-        writer = await self.storage.events.open_writer(response_id)
-        last = writer.last_event or {}
-        if last.get("type") in ("response.created", "response.queued"):
-            await writer.append([ev.response_in_progress(response_object(record, []))])
+        in_progress = [ev.response_in_progress(response_object(record, []))]
+
+        def opening(last: JsonDict | None) -> list[JsonDict]:
+            return in_progress if (last or {}).get("type") in ("response.created", "response.queued") else []
+
+        writer = await self._append_at_end(response_id, opening)
+        self.storage.events.keep_writer(writer)
+        self._remember(_RunMemo(record, request, []))
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
 
     async def mark_queued(self, response_id: str) -> JsonDict:
         """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
         record = await self.storage.responses.get(response_id)
-        writer = await self.storage.events.open_writer(response_id)
-        if (writer.last_event or {}).get("type") == "response.created":
-            await writer.append([ev.response_queued(response_object(record, []))])
+        queued = [ev.response_queued(response_object(record, []))]
+
+        def after_created(last: JsonDict | None) -> list[JsonDict]:
+            return queued if (last or {}).get("type") == "response.created" else []
+
+        self.storage.events.keep_writer(await self._append_at_end(response_id, after_created))
         return {"queued": True}
 
     # ------------------------------------------------------------- run_phase
     async def run_phase(self, response_id: str, index: int) -> JsonDict:
         """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
+        storage = self.storage
+        item_id = new_message_id()
+        claim = await self._claim_as_remembered(response_id, index, item_id)
+        if claim is None:
+            claim = await self._claim_from_storage(response_id, index, item_id)
+        if isinstance(claim, dict):
+            return claim
+        record, control, writer = claim.record, claim.control, claim.writer
+        request = claim.request or await self._agent_request(record)
+        context = PhaseContext(
+            request=request,
+            plan=claim.plan,
+            phase_index=index,
+            is_recovery=claim.recovery,
+            output_so_far=claim.previous,
+            pending_input_count=control.pending_input_count,
+            cancelled=control.cancel_requested,
+        )
+        with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
+            text, stopped = await self._stream(response_id, writer, context, item_id)
+            status: ItemStatus = "incomplete" if stopped else "completed"
+            item = output_message(item_id, text, status=status)
+            await writer.append(ev.phase_closing_events(index, item_id, text, status))
+        await storage.items.put_output_item(response_id, index, item)
+        storage.events.keep_writer(writer)
+        self._remember(_RunMemo(record, request, [*claim.previous, item]))
+        log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
+                                      "storage_calls": writer.storage_calls})
+        return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
+
+    async def _claim_as_remembered(self, response_id: str, index: int, item_id: str) -> _Claim | JsonDict | None:
+        """Claim the log for phase ``index`` from what this process remembers of the run: one control read,
+        then the opening append through the kept writer. None when there is nothing (consistent) to go by,
+        or when that append lost: another process advanced the run, so storage must be read."""
+        memo = self._runs.pop(response_id, None)
+        writer = self.storage.events.take_writer(response_id)
+        if memo is None or writer is None or len(memo.checkpoints) != index or not _boundary(writer.last_event, index):
+            return None
+        plan = [Phase.from_json(p) for p in memo.record.doc.get("plan") or []]
+        if not 0 <= index < len(plan):
+            return None
+        control = await self.storage.responses.get_control(response_id)
+        if control.status in TERMINAL_STATUSES or control.cancel_requested:
+            return {"index": index, "stop": "cancelled"}
+        if control.pending_input_count > 0:
+            return {"index": index, "stop": "steered"}
+        try:
+            await writer.append(ev.phase_opening_events(index, item_id))  # at once: never delay a phase's start
+        except LostOwnership:
+            return None
+        return _Claim(memo.record, control, writer, plan, memo.checkpoints, False, memo.request)
+
+    async def _claim_from_storage(self, response_id: str, index: int, item_id: str) -> _Claim | JsonDict:
+        """Claim the log for phase ``index`` from what storage says (the first activity of a run in this
+        process, a re-delivery, a recovery after a crash)."""
         storage = self.storage
         record = await storage.responses.get(response_id)  # carries the control columns too
         control = Control(record.status, record.cancel_requested, record.pending_input_count)
@@ -157,7 +281,6 @@ class Engine:
         plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
         if not 0 <= index < len(plan):
             raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
-        item_id = new_message_id()
         for attempt in range(OPEN_ATTEMPTS):
             # Claim the end of the log. Losing this first append means a zombie copy of this activity
             # appended since we looked; look again (it may even have finished the phase) and retry.
@@ -187,30 +310,10 @@ class Engine:
             opening += ev.phase_opening_events(index, item_id)
             try:
                 await writer.append(opening)  # flushed at once: the first event of a phase is never delayed
-                break
+                return _Claim(record, control, writer, plan, previous, recovery, None)
             except LostOwnership:
                 await asyncio.sleep(0.01)
-        else:
-            raise LostOwnership(f"could not claim the event log of {response_id} for phase {index}")
-
-        context = PhaseContext(
-            request=await self._agent_request(record),
-            plan=plan,
-            phase_index=index,
-            is_recovery=recovery,
-            output_so_far=previous,
-            pending_input_count=control.pending_input_count,
-            cancelled=control.cancel_requested,
-        )
-        with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
-            text, stopped = await self._stream(response_id, writer, context, item_id)
-            status: ItemStatus = "incomplete" if stopped else "completed"
-            item = output_message(item_id, text, status=status)
-            await writer.append(ev.phase_closing_events(index, item_id, text, status))
-        await storage.items.put_output_item(response_id, index, item)
-        log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
-                                      "storage_calls": writer.storage_calls})
-        return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
+        raise LostOwnership(f"could not claim the event log of {response_id} for phase {index}")
 
     @staticmethod
     def _summary(index: int, item: JsonDict, cancelled: bool, pending: int, *, stopped: bool) -> JsonDict:
@@ -277,32 +380,29 @@ class Engine:
         storage = self.storage
         output = await storage.items.list_output_items(response_id)
         wanted = str(outcome.get("status", "completed"))
+        memo = self._runs.pop(response_id, None)
         try:
-            record = await storage.responses.get(response_id)
+            record = memo.record if memo is not None else await storage.responses.get(response_id)
+            changes: JsonDict = {
+                "completed_at": int(time.time()),
+                "usage": usage_for(self._input_tokens(record), sum(estimate_tokens(text_of(i)) for i in output)),
+            }
+            if wanted == "failed":
+                changes["error"] = outcome.get("error") or {"code": "server_error", "message": "The response failed."}
+            try:
+                record = await storage.responses.transition(
+                    response_id, wanted, allowed_from=ACTIVE_STATUSES, doc_changes=changes, current=record
+                )
+            except InvalidTransition:
+                record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
             return {"status": "gone"}
-        changes: JsonDict = {
-            "completed_at": int(time.time()),
-            "usage": usage_for(self._input_tokens(record), sum(estimate_tokens(text_of(i)) for i in output)),
-        }
-        if wanted == "failed":
-            changes["error"] = outcome.get("error") or {"code": "server_error", "message": "The response failed."}
-        try:
-            record = await storage.responses.transition(
-                response_id, wanted, allowed_from=ACTIVE_STATUSES, doc_changes=changes
-            )
-        except InvalidTransition:
-            record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
-        terminal = _terminal_event(record, output)
-        for _ in range(5):
-            try:
-                writer = await storage.events.open_writer(response_id)
-                if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
-                    break
-                await writer.append([terminal])
-                break
-            except LostOwnership:
-                continue  # a zombie phase appended meanwhile; re-read the end and try again
+        terminal = [_terminal_event(record, output)]
+
+        def unless_ended(last: JsonDict | None) -> list[JsonDict]:
+            return [] if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES else terminal
+
+        await self._append_at_end(response_id, unless_ended)  # a zombie phase may append meanwhile: retried
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
 

@@ -109,11 +109,12 @@ class ResponsesService:
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
-        _, record, _ = await asyncio.gather(
+        _, record, writer = await asyncio.gather(
             self.storage.items.put_input_items(response_id, items),
             self.storage.responses.create(response_id, "queued", doc),
             self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
         )
+        self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
         try:
             await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
         except Exception:

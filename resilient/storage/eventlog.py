@@ -11,6 +11,7 @@ per poll. See :mod:`.logformat` for the layout and :mod:`.eventwriter` for the f
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import suppress
 
@@ -37,9 +38,10 @@ from resilient.storage.logformat import (
     segment_blob,
     segment_number,
 )
-from resilient.storage.ports import JsonDict, ReadCursor, ReadResult, StoredEvent
+from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult, StoredEvent
 
 BLOB_CLIENT_CACHE = 512
+KEPT_WRITERS = 1024
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 _OPEN_ATTEMPTS = 3
@@ -62,6 +64,20 @@ class BlobEventLog:
         self._tail_window = max(1024, tail_window)
         self.storage_calls = 0  # every round trip made by this object (not by the writers it returns)
         self._blob_clients: dict[str, BlobClient] = {}
+        self._kept: OrderedDict[str, BlobEventWriter] = OrderedDict()
+
+    # -- writers kept between the activities of a run (see EventLog.take_writer) -----------------------
+    def take_writer(self, response_id: str) -> BlobEventWriter | None:
+        writer = self._kept.pop(response_id, None)
+        return None if writer is None or writer.dead else writer
+
+    def keep_writer(self, writer: EventWriter) -> None:
+        if not isinstance(writer, BlobEventWriter) or writer.dead:
+            return
+        self._kept[writer.response_id] = writer
+        self._kept.move_to_end(writer.response_id)
+        while len(self._kept) > KEPT_WRITERS:
+            self._kept.popitem(last=False)
 
     # -- writing ------------------------------------------------------------------------------------
     @translate_errors
@@ -287,6 +303,7 @@ class BlobEventLog:
     @translate_errors
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
+        self._kept.pop(rid, None)
         names: list[str] = []
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):

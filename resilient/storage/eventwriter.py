@@ -98,6 +98,10 @@ class BlobEventWriter:
         self._segment_client: BlobClient | None = None
 
     @property
+    def response_id(self) -> str:
+        return self._rid
+
+    @property
     def next_sequence_number(self) -> int:
         return self._pos.next_seq
 

@@ -78,11 +78,13 @@ class ResponseStore(Protocol):
         allowed_from: frozenset[str],
         doc_changes: JsonDict | None = None,
         cancel_requested: bool | None = None,
+        current: ResponseRecord | None = None,
     ) -> ResponseRecord:
         """Read, check ``status in allowed_from``, CAS; retry on PreconditionFailed.
 
         Raise InvalidTransition(current) when the current status is not allowed. Exactly one of two
-        racing terminal transitions wins because both CAS from the same non-terminal ETag.
+        racing terminal transitions wins because both CAS from the same non-terminal ETag. ``current``
+        (a row the caller read or wrote earlier) saves the first read: a stale one just loses its CAS.
         """
         ...
 
@@ -174,6 +176,9 @@ class EventWriter(Protocol):
     """A fenced writer positioned at the end of one response's log."""
 
     @property
+    def response_id(self) -> str: ...
+
+    @property
     def next_sequence_number(self) -> int: ...
 
     @property
@@ -202,6 +207,20 @@ class EventLog(Protocol):
 
     async def open_writer(self, response_id: str) -> EventWriter:
         """Position a writer at the current end of the log (raise NotFound if there is no log)."""
+        ...
+
+    def take_writer(self, response_id: str) -> EventWriter | None:
+        """The writer last given to :meth:`keep_writer` for this log, handed out once; else None.
+
+        It is positioned after its own last append, which is the end of the log unless somebody else
+        appended since. Its next append proves that nobody did, or fails with LostOwnership (appending
+        nothing). So whatever a caller decides from its ``last_event`` is confirmed by that append; a
+        decision that appends nothing must come from :meth:`open_writer` instead. No storage call.
+        """
+        ...
+
+    def keep_writer(self, writer: EventWriter) -> None:
+        """Keep a live writer for the next activity of the same run in this process (bounded, LRU)."""
         ...
 
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:

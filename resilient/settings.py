@@ -26,6 +26,16 @@ def _int(value: str | None, default: int) -> int:
     return int(value)
 
 
+MAX_APPEND_WINDOW_MS = 5000
+
+
+def _append_window_ms(value: str | None) -> int:
+    window = _int(value, 200)
+    if not 0 <= window <= MAX_APPEND_WINDOW_MS:
+        raise ValueError(f"RESILIENT_APPEND_WINDOW_MS must be 0..{MAX_APPEND_WINDOW_MS}")
+    return window
+
+
 @dataclass(frozen=True)
 class Settings:
     # Storage: either a connection string (Azurite / keys) or identity-based service URIs.
@@ -43,6 +53,8 @@ class Settings:
     enable_crash_endpoint: bool
     agent_delta_delay_ms: int
     replay_retention_minutes: int
+    # Hot path: a streaming phase's appends start at least this far apart (latency vs. storage calls).
+    append_window_ms: int
     # Optional model
     azure_openai_endpoint: str | None
     azure_openai_deployment: str | None
@@ -68,6 +80,7 @@ class Settings:
             enable_crash_endpoint=_flag(e.get("RESILIENT_ENABLE_CRASH_ENDPOINT"), False),
             agent_delta_delay_ms=_int(e.get("RESILIENT_AGENT_DELTA_DELAY_MS"), 40),
             replay_retention_minutes=_int(e.get("RESILIENT_REPLAY_RETENTION_MINUTES"), 7 * 24 * 60),
+            append_window_ms=_append_window_ms(e.get("RESILIENT_APPEND_WINDOW_MS")),
             azure_openai_endpoint=e.get("AZURE_OPENAI_ENDPOINT") or None,
             azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
             azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,

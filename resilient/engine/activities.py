@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from resilient.agents.base import Agent, AgentRequest, Phase, PhaseContext
+from resilient.engine.batching import Appender, ControlPoller, Tuning
 from resilient.engine.snapshot import response_object
 from resilient.ids import new_message_id
 from resilient.protocol import events as ev
@@ -52,16 +53,6 @@ NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
 )
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """Knobs of the hot path. Batching bounds storage calls per delta; the control interval bounds how
-    stale ``pending_input_count``/``cancelled`` may be (and how many Table reads a phase makes)."""
-
-    flush_interval_s: float = 0.05
-    flush_max_events: int = 64
-    control_interval_s: float = 0.2
 
 
 def _boundary(last_event: JsonDict | None, index: int) -> bool:
@@ -100,35 +91,6 @@ class _Claim:
     request: AgentRequest | None  # known already (None: build it)
 
 
-class _Batcher:
-    """Buffers events and appends them in as few blocks as possible (one storage call per flush)."""
-
-    def __init__(self, writer: EventWriter, tuning: Tuning) -> None:
-        self._writer = writer
-        self._tuning = tuning
-        self._buffer: list[JsonDict] = []
-        self._oldest = 0.0
-
-    def add(self, event: JsonDict) -> None:
-        if not self._buffer:
-            self._oldest = time.monotonic()
-        self._buffer.append(event)
-
-    def due_in(self) -> float | None:
-        """Seconds until the buffer must be flushed (None when empty)."""
-        if not self._buffer:
-            return None
-        return max(0.0, self._oldest + self._tuning.flush_interval_s - time.monotonic())
-
-    def full(self) -> bool:
-        return len(self._buffer) >= self._tuning.flush_max_events
-
-    async def flush(self) -> None:
-        if self._buffer:
-            batch, self._buffer = self._buffer, []
-            await self._writer.append(batch)
-
-
 class Engine:
     """Activity logic over storage + an agent. One instance per worker process."""
 
@@ -136,7 +98,7 @@ class Engine:
         self.storage = storage
         self.agent = agent
         self.settings = settings
-        self.tuning = tuning or Tuning()
+        self.tuning = tuning or Tuning.from_settings(settings)
         self._runs: OrderedDict[str, _RunMemo] = OrderedDict()
 
     def _remember(self, memo: _RunMemo) -> None:
@@ -239,9 +201,8 @@ class Engine:
         )
         with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
             text, stopped = await self._stream(response_id, writer, context, item_id)
-            status: ItemStatus = "incomplete" if stopped else "completed"
-            item = output_message(item_id, text, status=status)
-            await writer.append(ev.phase_closing_events(index, item_id, text, status))
+        status: ItemStatus = "incomplete" if stopped else "completed"
+        item = output_message(item_id, text, status=status)
         await storage.items.put_output_item(response_id, index, item)
         storage.events.keep_writer(writer)
         self._remember(_RunMemo(record, request, [*claim.previous, item]))
@@ -327,52 +288,45 @@ class Engine:
     async def _stream(
         self, response_id: str, writer: EventWriter, context: PhaseContext, item_id: str
     ) -> tuple[str, bool]:
-        """Pump the agent's deltas into the log: batched appends, live control flags, prompt flushes."""
-        batcher = _Batcher(writer, self.tuning)
+        """Pump the agent's deltas into the log and close the phase there: group-committed appends (see
+        :mod:`resilient.engine.batching`) and control flags refreshed in the background. Returns the text
+        and whether the phase stopped early (cancel or steering)."""
+        appender = Appender(writer, self.tuning)
+        control = ControlPoller(self.storage.responses, response_id, context, self.tuning.control_interval_s)
         index = context.phase_index
         pieces: list[str] = []
-        next_control = time.monotonic() + self.tuning.control_interval_s
-        deltas: AsyncIterator[str] = aiter(self.agent.run_phase(context))
-        pending: asyncio.Future[str] | None = None
         stopped = False
+        deltas: AsyncIterator[str] = aiter(self.agent.run_phase(context))
+        control.start()
         try:
             while True:
                 if context.should_stop:
                     stopped = True
                     break
-                pending = asyncio.ensure_future(anext(deltas))
-                while not pending.done():
-                    wait = batcher.due_in()
-                    await asyncio.wait({pending}, timeout=wait)
-                    if not pending.done():
-                        await batcher.flush()  # the agent is slow: do not sit on buffered deltas
                 try:
-                    delta = pending.result()
+                    delta = await anext(deltas)
                 except StopAsyncIteration:
-                    pending = None
+                    stopped = context.should_stop  # the agent saw the flags first and ended the phase early
                     break
-                pending = None
+                control.raise_if_failed()
                 if delta:
                     pieces.append(delta)
-                    batcher.add(ev.output_text_delta(item_id, index, 0, delta))
-                if batcher.full() or batcher.due_in() == 0.0:
-                    await batcher.flush()
-                if time.monotonic() >= next_control:
-                    next_control = time.monotonic() + self.tuning.control_interval_s
-                    control = await self.storage.responses.get_control(response_id)
-                    context.cancelled = control.cancel_requested or control.status == "cancelled"
-                    context.pending_input_count = control.pending_input_count
-            await batcher.flush()
+                    appender.add(ev.output_text_delta(item_id, index, 0, delta))
+            text = "".join(pieces)
+            status: ItemStatus = "incomplete" if stopped else "completed"
+            await appender.finish(ev.phase_closing_events(index, item_id, text, status))
+        except BaseException:
+            appender.cancel()
+            raise
         finally:
-            if pending is not None and not pending.done():
-                pending.cancel()
+            await control.stop()
             closer = getattr(deltas, "aclose", None)
             if closer is not None:
                 try:
                     await closer()
                 except Exception:  # an agent's cleanup error must not lose the phase
                     log.exception("agent generator close failed")
-        return "".join(pieces), stopped
+        return text, stopped
 
     # -------------------------------------------------------------- finalize
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:

@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from resilient.agents.base import Agent, AgentRequest, Phase, PhaseContext
 from resilient.engine.batching import Appender, ControlPoller, Tuning
@@ -32,7 +33,6 @@ from resilient.protocol.items import ItemStatus, output_message, text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound
-from resilient.storage.factory import Storage
 from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import (
     ACTIVE_STATUSES,
@@ -42,6 +42,9 @@ from resilient.storage.ports import (
     JsonDict,
     ResponseRecord,
 )
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.engine")
 

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine import orchestrator as orch
 from resilient.engine.snapshot import response_object
@@ -33,8 +33,10 @@ from resilient.protocol.items import text_of
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
-from resilient.storage.factory import Storage
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.http")
 

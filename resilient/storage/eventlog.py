@@ -30,7 +30,6 @@ from resilient.storage.logformat import (
     first_event_seq,
     first_frame_start,
     index_blob,
-    index_record,
     log_prefix,
     parse_index,
     scan_frames,
@@ -90,36 +89,21 @@ class BlobEventLog:
             await self._container.get_blob_client(segment_blob(rid, 0)).create_append_blob(if_none_match="*")
         except ResourceExistsError as error:
             raise AlreadyExists(f"event log {rid!r} exists") from error
-        # Overwrite: an index left over from an interrupted delete must not point into this log.
-        await self._new_index(rid, overwrite=True)
-        writer.add_calls(3)
+        # No index yet: the writer creates it with its first hint (most logs never need one; a reader
+        # without an index reads from the start). A stale index cannot exist here: delete removes the
+        # index before any segment, so a missing segment 0 means a missing index.
+        writer.add_calls(1)
         await writer.append(first_events)
         return writer
-
-    async def _new_index(self, rid: str, *, overwrite: bool) -> None:
-        """Create the index with its first, always-true record (event 0 at segment 0, offset 0)."""
-        blob = self._container.get_blob_client(index_blob(rid))
-        self.storage_calls += 1
-        try:
-            if overwrite:
-                await blob.create_append_blob()
-            else:
-                await blob.create_append_blob(if_none_match="*")
-        except ResourceExistsError:
-            return
-        self.storage_calls += 1
-        await blob.append_block(index_record(0, 0, 0))
 
     @translate_errors
     async def open_writer(self, response_id: str) -> BlobEventWriter:
         rid = validate_id(response_id, param="response_id")
         before = self.storage_calls
         for _ in range(_OPEN_ATTEMPTS):
-            sizes, has_index = await self._list(rid)
+            sizes = await self._list(rid)
             if not sizes:
                 raise NotFound(f"event log {rid!r} not found")
-            if not has_index:
-                await self._new_index(rid, overwrite=False)
             last = max(sizes)
             tail, block_count = await self._tail(rid, last, sizes[last])
             next_seq, last_event = await self._last_event(rid, sizes, last, tail)
@@ -143,18 +127,15 @@ class BlobEventLog:
     def _writer(self, rid: str, position: WriterPosition, calls: int) -> BlobEventWriter:
         return BlobEventWriter(self._container, rid, position, self._limits, storage_calls=calls)
 
-    async def _list(self, rid: str) -> tuple[dict[int, int], bool]:
-        """Segment sizes by number, and whether the index exists (one listing call)."""
+    async def _list(self, rid: str) -> dict[int, int]:
+        """Segment sizes by number (one listing call)."""
         sizes: dict[int, int] = {}
-        has_index = False
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):
             number = segment_number(blob.name, rid)
             if number is not None:
                 sizes[number] = int(blob.size or 0)
-            elif blob.name == index_blob(rid):
-                has_index = True
-        return sizes, has_index
+        return sizes
 
     async def _tail(self, rid: str, segment: int, size: int) -> tuple[Tail, int]:
         """The last frames of a segment and its committed block count (usually one ranged read)."""
@@ -205,7 +186,7 @@ class BlobEventLog:
         if not isinstance(starting_after, int) or isinstance(starting_after, bool):
             raise ValueError("starting_after must be an int")
         after = max(-1, starting_after)
-        sizes, _ = await self._list(rid)
+        sizes = await self._list(rid)
         if not sizes:
             raise NotFound(f"event log {rid!r} not found")
         found = await self._read_from_tail(rid, sizes, after)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 
 from azure.core.exceptions import (
@@ -240,12 +241,19 @@ class BlobEventWriter:
         await self._add_index_record(self._pos.next_seq, next_segment, 0)
 
     async def _add_index_record(self, first_seq: int, segment: int, offset: int) -> None:
-        """Append an index hint. Best effort: a missing hint only makes some read longer."""
+        """Append an index hint, creating the index with the first one. Best effort: a missing hint only
+        makes some read longer."""
         self._blocks_since_index = 0
-        self._calls += 1
+        index = self._container.get_blob_client(index_blob(self._rid))
+        record = index_record(first_seq, segment, offset)
         try:
-            await self._container.get_blob_client(index_blob(self._rid)).append_block(
-                index_record(first_seq, segment, offset)
-            )
+            try:
+                self._calls += 1
+                await index.append_block(record)
+            except ResourceNotFoundError:
+                self._calls += 2
+                with suppress(ResourceExistsError):  # another writer of this log created it meanwhile
+                    await index.create_append_blob(if_none_match="*")
+                await index.append_block(record)
         except (HttpResponseError, ServiceRequestError, ServiceResponseError) as error:
             log.warning("event log %s: index record for seq %d not written: %s", self._rid, first_seq, error)

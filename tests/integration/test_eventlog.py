@@ -169,10 +169,11 @@ async def test_read_after_positions_and_tailing(storage: Storage, rid: str) -> N
 async def test_storage_call_counts(storage: Storage, rid: str) -> None:
     log = event_log(storage, index_every=16)
     writer = await log.create(rid, [created()])
-    assert writer.storage_calls == 4  # create segment, create index + first record, append
+    assert writer.storage_calls == 2  # create segment, append (the index comes with the first hint)
     for _ in range(32):
         await writer.append([delta()] * 32)
-    assert writer.storage_calls == 4 + 32 + 2  # one block per append, a hint every 16 blocks
+    # one block per append; a hint every 16 blocks, the first one creating the index (404, create, append)
+    assert writer.storage_calls == 2 + 32 + 3 + 1
     before = log.storage_calls
     result = await log.read_after(rid, writer.next_sequence_number - 101)
     assert len(result.events) == 100

@@ -52,6 +52,9 @@ MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
 REMEMBERED_RUNS = 1024
+# After an activity of a run ends here, its next one usually starts here within a Durable hop: readers in
+# this process wait for it on the in-process feed (polling storage only as a safety net) for this long.
+NEXT_ACTIVITY_EXPECTED_S = 5.0
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
@@ -167,6 +170,7 @@ class Engine:
         writer = await self._append_at_end(response_id, opening)
         self.storage.events.keep_writer(writer)
         self._remember(_RunMemo(record, request, []))
+        COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
 
@@ -184,6 +188,13 @@ class Engine:
     # ------------------------------------------------------------- run_phase
     async def run_phase(self, response_id: str, index: int) -> JsonDict:
         """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
+        try:
+            return await self._run_phase(response_id, index)
+        except BaseException:
+            COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
+            raise
+
+    async def _run_phase(self, response_id: str, index: int) -> JsonDict:
         storage = self.storage
         item_id = new_message_id()
         claim = await self._claim_as_remembered(response_id, index, item_id)
@@ -209,6 +220,7 @@ class Engine:
         await storage.items.put_output_item(response_id, index, item)
         storage.events.keep_writer(writer)
         self._remember(_RunMemo(record, request, [*claim.previous, item]))
+        COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
                                       "storage_calls": writer.storage_calls})
         return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
@@ -360,6 +372,7 @@ class Engine:
             return [] if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES else terminal
 
         await self._append_at_end(response_id, unless_ended)  # a zombie phase may append meanwhile: retried
+        COMMITTED.expect(response_id, 0)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
 

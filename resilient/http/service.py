@@ -33,7 +33,7 @@ from resilient.protocol.items import text_of
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
-from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
+from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ResponseRecord
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -117,6 +117,7 @@ class ResponsesService:
             self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
         )
         self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
+        created = writer.last_committed  # a stream of this create starts from it, not from a storage read
         try:
             await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
         except Exception:
@@ -127,10 +128,10 @@ class ResponsesService:
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:
-            return HttpResult(200, stream=self._stream_then_forget(record, -1), headers=dict(SSE_HEADERS))
+            return HttpResult(200, stream=self._stream_then_forget(record, -1, created), headers=dict(SSE_HEADERS))
         if request.background:
             return HttpResult(200, response_object(record, []))
-        return HttpResult(200, await self._wait_for_terminal(record))
+        return HttpResult(200, await self._wait_for_terminal(record, created))
 
     async def _resolve_chain(self, request: CreateResponseRequest) -> tuple[str | None, str | None]:
         """A chain is named by ``conversation`` or by following ``previous_response_id`` to its root."""
@@ -215,17 +216,19 @@ class ResponsesService:
         except Exception:
             log.exception("could not mark an unstarted response failed", extra={"response_id": response_id})
 
-    async def _wait_for_terminal(self, record: ResponseRecord) -> dict[str, Any]:
+    async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event."""
-        async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None):
+        async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None,
+                                   start=created):
             pass
         final = await self._response(record.response_id)
         if not record.doc.get("store", True):
             await self._forget(record.response_id)
         return final
 
-    async def _stream_then_forget(self, record: ResponseRecord, starting_after: int) -> AsyncIterator[bytes]:
-        async for frame in tail_events(self.storage.events, record.response_id, starting_after):
+    async def _stream_then_forget(self, record: ResponseRecord, starting_after: int,
+                                  start: CommittedBlock | None) -> AsyncIterator[bytes]:
+        async for frame in tail_events(self.storage.events, record.response_id, starting_after, start=start):
             yield frame
         if not record.doc.get("store", True):
             await self._forget(record.response_id)

@@ -23,16 +23,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
 from resilient.storage.errors import NotFound, StorageUnavailable
-from resilient.storage.feed import COMMITTED, CommittedBlock, CommittedFeed
-from resilient.storage.ports import EventLog, ReadCursor, StoredEvent
+from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.ports import CommittedBlock, EventLog, ReadCursor, StoredEvent
 
 log = logging.getLogger("resilient.http")
 
 POLL_MIN_SECONDS = 0.02
 POLL_MAX_SECONDS = 0.5
-# While a phase of the response streams in this process its blocks arrive through the feed; storage is
-# then polled only this often, for the case of a writer elsewhere that fenced the local one off.
+# While a phase of the response streams in this process (or its next activity is expected here) its blocks
+# arrive through the feed; storage is then polled only this often, for a writer elsewhere.
 POLL_WHILE_LOCAL_SECONDS = 2.0
+# Events that storage had but the feed did not (a writer in another process): poll normally this long.
+REMOTE_WRITER_SECONDS = 5.0
 STORAGE_OUTAGE_LIMIT_SECONDS = 120.0
 
 
@@ -78,18 +80,26 @@ async def tail_events(
     finished: Callable[[], Awaitable[bool]] | None = None,
     finished_check_seconds: float = 2.0,
     feed: CommittedFeed = COMMITTED,
+    start: CommittedBlock | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one.
 
     ``finished`` (optional) tells whether the response reached a terminal status; it is asked only after
     ``finished_check_seconds`` without new events, so a client that asked for a ``starting_after`` past
-    the terminal event gets an empty, closed stream instead of an endless one.
+    the terminal event gets an empty, closed stream instead of an endless one. ``start`` (optional) is a
+    block this process just committed that begins right after ``starting_after`` (the stream of a create):
+    the stream starts from it instead of reading storage.
     """
     with feed.subscribe(response_id) as local:
         cursor: ReadCursor | None = None
         frames = _Frames(starting_after)
         delay = poll_min
-        storage_due = time.monotonic()  # the first read is from storage
+        storage_due = time.monotonic()  # the first read is from storage ...
+        if start is not None and start.events and start.first_sequence_number <= starting_after + 1:
+            frames.add(start.events)  # ... unless it is known already
+            cursor = start.cursor
+            storage_due += poll_min
+        remote_until = 0.0
         last_output = time.monotonic()
         outage_since: float | None = None
         next_finished_check = time.monotonic() + finished_check_seconds
@@ -114,6 +124,8 @@ async def tail_events(
                         return  # the client reconnects with starting_after and misses nothing
                     result = None
                 if result is not None:
+                    if cursor is not None and result.events:
+                        remote_until = time.monotonic() + REMOTE_WRITER_SECONDS  # the feed did not have them
                     cursor = result.cursor
                     got_events = bool(result.events)
                     empty_read = not got_events
@@ -144,7 +156,7 @@ async def tail_events(
             if gap:
                 storage_due = now
                 continue
-            local_phase = feed.writing_here(response_id)
+            local_phase = feed.writing_here(response_id) and now >= remote_until
             if local_phase:
                 storage_due = max(storage_due, now + poll_while_local)
             elif was_local or got_events:

@@ -31,9 +31,9 @@ from azure.storage.blob.aio import BlobClient, ContainerClient
 from resilient.protocol.sse import encode_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
-from resilient.storage.feed import COMMITTED, CommittedBlock
+from resilient.storage.feed import COMMITTED
 from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
-from resilient.storage.ports import JsonDict, ReadCursor, StoredEvent
+from resilient.storage.ports import CommittedBlock, JsonDict, ReadCursor, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ class BlobEventWriter:
         self._blocks_since_index = 0
         self._dead = False
         self._segment_client: BlobClient | None = None
+        self._last_committed: CommittedBlock | None = None
 
     @property
     def response_id(self) -> str:
@@ -113,6 +114,10 @@ class BlobEventWriter:
     @property
     def storage_calls(self) -> int:
         return self._calls
+
+    @property
+    def last_committed(self) -> CommittedBlock | None:
+        return self._last_committed
 
     @property
     def segment(self) -> int:
@@ -151,7 +156,8 @@ class BlobEventWriter:
             self._blocks_since_index += 1
             # Committed: readers in this process may have it now, without reading it back from storage.
             cursor = ReadCursor(self._pos.segment, self._pos.offset, self._pos.next_seq - 1)
-            COMMITTED.publish(self._rid, CommittedBlock(block.events, cursor))
+            self._last_committed = CommittedBlock(block.events, cursor)
+            COMMITTED.publish(self._rid, self._last_committed)
             if self._blocks_since_index >= self._limits.index_every:
                 await self._add_index_record(block.first_seq, self._pos.segment, offset)
         return self._pos.next_seq - 1

@@ -20,32 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-from resilient.storage.ports import ReadCursor, StoredEvent
+from resilient.storage.ports import CommittedBlock
+
+__all__ = ["COMMITTED", "CommittedBlock", "CommittedFeed", "Subscription"]
 
 # A subscriber that does not keep up (a slow client) holds at most this much; past it the pending blocks
 # are dropped and the reader catches up from storage instead (memory stays bounded per reader).
 MAX_PENDING_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class CommittedBlock:
-    """Events that one append committed (contiguous sequence numbers) and the log position after them."""
-
-    events: tuple[StoredEvent, ...]
-    cursor: ReadCursor
-
-    @property
-    def first_sequence_number(self) -> int:
-        return self.events[0].sequence_number if self.events else self.cursor.last_sequence_number + 1
-
-    @property
-    def size(self) -> int:
-        return sum(len(event.frame) for event in self.events)
 
 
 class Subscription:
@@ -95,6 +81,7 @@ class CommittedFeed:
     def __init__(self, max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
         self._subscribers: dict[str, set[Subscription]] = {}
         self._active_writers: dict[str, int] = {}
+        self._expected: dict[str, float] = {}  # response id -> monotonic time until which a run is expected
         self._lock = threading.Lock()
         self._max_pending_bytes = max_pending_bytes
 
@@ -151,9 +138,29 @@ class CommittedFeed:
             if left <= 0:
                 self.publish(response_id, None)  # readers go back to polling storage at once
 
-    def writing_here(self, response_id: str) -> bool:
+    def expect(self, response_id: str, seconds: float) -> None:
+        """The run's next activity will probably run in this process within ``seconds`` (it is driven from
+        here): until then readers treat the response as written here. ``seconds <= 0`` forgets it."""
         with self._lock:
-            return response_id in self._active_writers
+            if seconds > 0:
+                self._expected[response_id] = time.monotonic() + seconds
+            else:
+                self._expected.pop(response_id, None)
+        if seconds <= 0:
+            self.publish(response_id, None)
+
+    def writing_here(self, response_id: str) -> bool:
+        """A phase of the response streams in this process, or its next activity is expected here."""
+        with self._lock:
+            if response_id in self._active_writers:
+                return True
+            until = self._expected.get(response_id)
+            if until is None:
+                return False
+            if until > time.monotonic():
+                return True
+            del self._expected[response_id]
+            return False
 
 
 COMMITTED = CommittedFeed()

@@ -166,6 +166,22 @@ class ReadCursor:
     last_sequence_number: int
 
 
+@dataclass(frozen=True)
+class CommittedBlock:
+    """Events that one append committed (contiguous sequence numbers) and the log position after them."""
+
+    events: tuple[StoredEvent, ...]
+    cursor: ReadCursor
+
+    @property
+    def first_sequence_number(self) -> int:
+        return self.events[0].sequence_number if self.events else self.cursor.last_sequence_number + 1
+
+    @property
+    def size(self) -> int:
+        return sum(len(event.frame) for event in self.events)
+
+
 @dataclass
 class ReadResult:
     events: list[StoredEvent] = field(default_factory=list)
@@ -189,6 +205,12 @@ class EventWriter(Protocol):
     @property
     def storage_calls(self) -> int:
         """Storage round trips made by this writer (for benchmarks)."""
+        ...
+
+    @property
+    def last_committed(self) -> CommittedBlock | None:
+        """The block of this writer's last append (None before its first): what a reader that starts
+        right here can begin with instead of reading it back from storage."""
         ...
 
     async def append(self, events: Sequence[JsonDict]) -> int:

@@ -116,3 +116,35 @@ async def test_a_reader_that_falls_behind_catches_up_from_storage(storage: Stora
         async for chunk in tail:
             got.append(chunk)
     assert sequence_numbers(got) == list(range(12))
+
+
+async def test_the_stream_of_a_create_starts_from_the_created_block_without_reading_storage(
+        storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    assert writer.last_committed is not None and writer.last_committed.first_sequence_number == 0
+    log = reader_log(storage)
+    with COMMITTED.writing(rid):
+        reader = asyncio.create_task(collect_from(log, rid, writer.last_committed))
+        await asyncio.sleep(0.05)
+        await write_phase(writer, appends=5)
+        chunks = await asyncio.wait_for(reader, 10)
+    assert sequence_numbers(chunks) == list(range(12))
+    assert log.storage_calls == 0
+
+
+async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reader(storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    feed = CommittedFeed()  # the reader's process: it expects the run, whose writer is in another process
+    feed.expect(rid, 30.0)
+    log = reader_log(storage)
+    reader = asyncio.create_task(collect(log, rid, feed))
+    await asyncio.sleep(0.05)
+    await write_phase(writer, appends=5)
+    chunks = await asyncio.wait_for(reader, 20)
+    assert sequence_numbers(chunks) == list(range(12))
+    feed.expect(rid, 0)
+    assert not feed.writing_here(rid)
+
+
+async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock) -> list[bytes]:
+    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start)]

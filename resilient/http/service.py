@@ -33,7 +33,7 @@ from resilient.protocol.items import text_of
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
-from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ResponseRecord
+from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ReadResult, ResponseRecord
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -244,17 +244,38 @@ class ResponsesService:
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
-        record = await self._stored(response_id)
-        if _truthy(query.get("stream")):
+        if not _truthy(query.get("stream")):
+            record = await self._stored(response_id)
+            return HttpResult(200, await self._response(response_id, record))
+        # A reconnect: read the log while the row is checked (one round trip instead of two before the first
+        # event). Nothing read is sent unless the checks pass; they fail in the same order as ever.
+        first_read = self._early_read(response_id, query, headers)
+        try:
+            record = await self._stored(response_id)
             if not record.doc.get("background", False):
                 raise errors.invalid_request(
                     "Streaming a stored response is only possible for responses created with background=true.",
                     param="stream")
             starting_after = _starting_after(query.get("starting_after"), headers.get("last-event-id"))
-            return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
-                                                      finished=self._finished_probe(response_id)),
-                              headers=dict(SSE_HEADERS))
-        return HttpResult(200, await self._response(response_id, record))
+        except BaseException:
+            if first_read is not None:
+                first_read.cancel()
+            raise
+        return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
+                                                  finished=self._finished_probe(response_id), first_read=first_read),
+                          headers=dict(SSE_HEADERS))
+
+    def _early_read(self, response_id: str, query: Mapping[str, str],
+                    headers: Mapping[str, str]) -> asyncio.Future[ReadResult] | None:
+        """Start reading the log for a well-formed reconnect (no storage call for a malformed one)."""
+        try:
+            validate_id(response_id, prefix=RESPONSE_PREFIX)
+            starting_after = _starting_after(query.get("starting_after"), headers.get("last-event-id"))
+        except (InvalidId, ApiError):
+            return None
+        task = asyncio.ensure_future(self.storage.events.read_after(response_id, starting_after))
+        task.add_done_callback(_consume_outcome)  # an unused read's failure is not an unhandled error
+        return task
 
     def _finished_probe(self, response_id: str) -> Callable[[], Awaitable[bool]]:
         """Tells an idle replay that nothing more will come. A terminal *status* is not enough: finalize
@@ -374,6 +395,11 @@ class ResponsesService:
             "last_id": data[-1]["id"] if data else None,
             "has_more": page.has_more,
         })
+
+
+def _consume_outcome(task: asyncio.Future[ReadResult]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _safe(value: str) -> bool:

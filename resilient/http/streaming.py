@@ -16,6 +16,7 @@ Every read's frames are sent as one chunk (one socket write), not one write per 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +25,7 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
 from resilient.storage.errors import NotFound, StorageUnavailable
 from resilient.storage.feed import COMMITTED, CommittedFeed
-from resilient.storage.ports import CommittedBlock, EventLog, ReadCursor, StoredEvent
+from resilient.storage.ports import CommittedBlock, EventLog, ReadCursor, ReadResult, StoredEvent
 
 log = logging.getLogger("resilient.http")
 
@@ -81,6 +82,7 @@ async def tail_events(
     finished_check_seconds: float = 2.0,
     feed: CommittedFeed = COMMITTED,
     start: CommittedBlock | None = None,
+    first_read: asyncio.Future[ReadResult] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one.
 
@@ -88,101 +90,110 @@ async def tail_events(
     ``finished_check_seconds`` without new events, so a client that asked for a ``starting_after`` past
     the terminal event gets an empty, closed stream instead of an endless one. ``start`` (optional) is a
     block this process just committed that begins right after ``starting_after`` (the stream of a create):
-    the stream starts from it instead of reading storage.
+    the stream starts from it instead of reading storage. ``first_read`` (optional) is the first storage
+    read, ``events.read_after(response_id, starting_after)``, already started by the caller.
     """
-    with feed.subscribe(response_id) as local:
-        cursor: ReadCursor | None = None
-        frames = _Frames(starting_after)
-        delay = poll_min
-        storage_due = time.monotonic()  # the first read is from storage ...
-        if start is not None and start.events and start.first_sequence_number <= starting_after + 1:
-            frames.add(start.events)  # ... unless it is known already
-            cursor = start.cursor
-            storage_due += poll_min
-        remote_until = 0.0
-        last_output = time.monotonic()
-        outage_since: float | None = None
-        next_finished_check = time.monotonic() + finished_check_seconds
-        finished_seen = False
-        was_local = False
-        while True:
-            got_events = False
-            empty_read = False
-            if cursor is None or time.monotonic() >= storage_due:
-                try:
-                    if cursor is None:
-                        result = await events.read_after(response_id, starting_after)
-                    else:
-                        result = await events.read_more(response_id, cursor)
-                    outage_since = None
-                except NotFound:
-                    return  # deleted while streaming: nothing more will come
-                except StorageUnavailable:
-                    outage_since = outage_since or time.monotonic()
-                    if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
-                        log.warning("storage unavailable too long; ending stream", extra={"response_id": response_id})
-                        return  # the client reconnects with starting_after and misses nothing
-                    result = None
-                if result is not None:
-                    if cursor is not None and result.events:
-                        remote_until = time.monotonic() + REMOTE_WRITER_SECONDS  # the feed did not have them
-                    cursor = result.cursor
-                    got_events = bool(result.events)
-                    empty_read = not got_events
-                    frames.add(result.events)
-                delay = poll_min if got_events else min(poll_max, delay * 2)
-                storage_due = time.monotonic() + delay
-            gap = False
-            if cursor is not None:
-                blocks, gap = local.drain()
-                for block in blocks:
-                    continues = _continues(block, cursor)
-                    if continues is None:
-                        continue
-                    if not continues:
-                        gap = True  # committed before we subscribed, or dropped: storage has it all
-                        break
-                    frames.add(block.events)
-                    cursor = block.cursor
-                    got_events = True
-            if frames.chunks:
-                yield frames.take()
-                if frames.terminal:
-                    return
-            now = time.monotonic()
-            if got_events:
-                last_output = now
-                next_finished_check = now + finished_check_seconds
-            if gap:
-                storage_due = now
-                continue
-            local_phase = feed.writing_here(response_id) and now >= remote_until
-            if local_phase:
-                storage_due = max(storage_due, now + poll_while_local)
-            elif was_local or got_events:
-                delay = poll_min  # a phase here just ended, or events flow: the next may come from anywhere
-                storage_due = min(storage_due, now + poll_min)
-            was_local = local_phase
-            if got_events:
-                continue
-            if empty_read and finished_seen:
-                return  # terminal status seen before this (empty) read: the terminal event was skipped
-            if finished is not None and now >= next_finished_check:
-                next_finished_check = now + finished_check_seconds
-                try:
-                    finished_seen = await finished()
-                except (NotFound, StorageUnavailable):
-                    finished_seen = False
-                if finished_seen:
-                    storage_due = time.monotonic()
-                    continue  # read once more: the terminal event may have landed just now
-            if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
-                yield KEEPALIVE
-                last_output = time.monotonic()
-            wait = storage_due - time.monotonic()
-            if keepalive_seconds is not None:
-                wait = min(wait, last_output + keepalive_seconds - time.monotonic())
-            if finished is not None:
-                wait = min(wait, next_finished_check - time.monotonic())
-            if wait > 0:
-                await local.wait(wait)  # a block committed in this process wakes us at once
+    try:
+        with feed.subscribe(response_id) as local:
+            cursor: ReadCursor | None = None
+            frames = _Frames(starting_after)
+            delay = poll_min
+            storage_due = time.monotonic()  # the first read is from storage ...
+            if start is not None and start.events and start.first_sequence_number <= starting_after + 1:
+                frames.add(start.events)  # ... unless it is known already
+                cursor = start.cursor
+                storage_due += poll_min
+            remote_until = 0.0
+            last_output = time.monotonic()
+            outage_since: float | None = None
+            next_finished_check = time.monotonic() + finished_check_seconds
+            finished_seen = False
+            was_local = False
+            while True:
+                got_events = False
+                empty_read = False
+                if cursor is None or time.monotonic() >= storage_due:
+                    try:
+                        if cursor is None and first_read is not None:
+                            result = await first_read
+                            first_read = None
+                        elif cursor is None:
+                            result = await events.read_after(response_id, starting_after)
+                        else:
+                            result = await events.read_more(response_id, cursor)
+                        outage_since = None
+                    except NotFound:
+                        return  # deleted while streaming: nothing more will come
+                    except StorageUnavailable:
+                        outage_since = outage_since or time.monotonic()
+                        if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
+                            log.warning("storage unavailable too long; ending stream",
+                                        extra={"response_id": response_id})
+                            return  # the client reconnects with starting_after and misses nothing
+                        result = None
+                    if result is not None:
+                        if cursor is not None and result.events:
+                            remote_until = time.monotonic() + REMOTE_WRITER_SECONDS  # the feed did not have them
+                        cursor = result.cursor
+                        got_events = bool(result.events)
+                        empty_read = not got_events
+                        frames.add(result.events)
+                    delay = poll_min if got_events else min(poll_max, delay * 2)
+                    storage_due = time.monotonic() + delay
+                gap = False
+                if cursor is not None:
+                    blocks, gap = local.drain()
+                    for block in blocks:
+                        continues = _continues(block, cursor)
+                        if continues is None:
+                            continue
+                        if not continues:
+                            gap = True  # committed before we subscribed, or dropped: storage has it all
+                            break
+                        frames.add(block.events)
+                        cursor = block.cursor
+                        got_events = True
+                if frames.chunks:
+                    yield frames.take()
+                    if frames.terminal:
+                        return
+                now = time.monotonic()
+                if got_events:
+                    last_output = now
+                    next_finished_check = now + finished_check_seconds
+                if gap:
+                    storage_due = now
+                    continue
+                local_phase = feed.writing_here(response_id) and now >= remote_until
+                if local_phase:
+                    storage_due = max(storage_due, now + poll_while_local)
+                elif was_local or got_events:
+                    delay = poll_min  # a phase here just ended, or events flow: the next may come from anywhere
+                    storage_due = min(storage_due, now + poll_min)
+                was_local = local_phase
+                if got_events:
+                    continue
+                if empty_read and finished_seen:
+                    return  # terminal status seen before this (empty) read: the terminal event was skipped
+                if finished is not None and now >= next_finished_check:
+                    next_finished_check = now + finished_check_seconds
+                    try:
+                        finished_seen = await finished()
+                    except (NotFound, StorageUnavailable):
+                        finished_seen = False
+                    if finished_seen:
+                        storage_due = time.monotonic()
+                        continue  # read once more: the terminal event may have landed just now
+                if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
+                    yield KEEPALIVE
+                    last_output = time.monotonic()
+                wait = storage_due - time.monotonic()
+                if keepalive_seconds is not None:
+                    wait = min(wait, last_output + keepalive_seconds - time.monotonic())
+                if finished is not None:
+                    wait = min(wait, next_finished_check - time.monotonic())
+                if wait > 0:
+                    await local.wait(wait)  # a block committed in this process wakes us at once
+    finally:
+        if first_read is not None and not first_read.done():
+            first_read.cancel()  # the client left before the first read was needed

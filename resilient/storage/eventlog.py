@@ -40,6 +40,13 @@ from resilient.storage.logformat import (
 from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult, StoredEvent
 
 BLOB_CLIENT_CACHE = 512
+
+
+def _total_size(content_range: str | None, fallback: int) -> int:
+    """The blob size from a ranged download's ``Content-Range`` (``bytes 0-99/1234`` → 1234)."""
+    total = (content_range or "").rpartition("/")[2]
+    return int(total) if total.isdigit() else fallback
+
 KEPT_WRITERS = 1024
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
@@ -186,6 +193,9 @@ class BlobEventLog:
         if not isinstance(starting_after, int) or isinstance(starting_after, bool):
             raise ValueError("starting_after must be an int")
         after = max(-1, starting_after)
+        found = await self._read_single_segment(rid, after)
+        if found is not None:
+            return found
         sizes = await self._list(rid)
         if not sizes:
             raise NotFound(f"event log {rid!r} not found")
@@ -194,6 +204,41 @@ class BlobEventLog:
             return found
         entry = best_entry(await self._read_index(rid), after)
         return await self._read_from(rid, entry.segment, entry.offset, after, missing_ok=False)
+
+    async def _read_single_segment(self, rid: str, after: int) -> ReadResult | None:
+        """The common log, one segment: read its first ``tail_window`` bytes (one call, which also tells
+        the segment's size); a log that fits is answered from them, a longer one from one more ranged read
+        of its tail. None (use the listing) when segment 0 is missing, ends with a next-segment marker, or
+        its tail window starts after ``after`` + 1."""
+        blob = self._blob(segment_blob(rid, 0))
+        self.storage_calls += 1
+        try:
+            downloader = await blob.download_blob(offset=0, length=self._tail_window)
+            head = await downloader.readall()
+        except ResourceNotFoundError:
+            return None
+        except HttpResponseError as error:
+            if error.status_code == 416:  # an empty segment: the log is being created
+                return ReadResult(cursor=ReadCursor(0, 0, after))
+            raise
+        size = _total_size(downloader.properties.content_range, len(head))
+        if size <= len(head):
+            scan = scan_frames(head, after)
+            if scan.next_segment is not None:
+                return None
+            return ReadResult(scan.events, ReadCursor(0, scan.consumed, scan.last_seq))
+        start = size - self._tail_window
+        data = await self._range(rid, 0, start)
+        if data is None:
+            return None
+        frames_at = first_frame_start(data, False)
+        first_seq = None if frames_at is None else first_event_seq(data[frames_at:])
+        if frames_at is None or first_seq is None or first_seq > after + 1:
+            return None
+        scan = scan_frames(data[frames_at:], after)
+        if scan.next_segment is not None:
+            return None
+        return ReadResult(scan.events, ReadCursor(0, start + frames_at + scan.consumed, scan.last_seq))
 
     async def _read_from_tail(self, rid: str, sizes: dict[int, int], after: int) -> ReadResult | None:
         """Answer from the last segment's tail window, or None when the window starts too late."""

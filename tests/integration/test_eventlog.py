@@ -177,13 +177,29 @@ async def test_storage_call_counts(storage: Storage, rid: str) -> None:
     before = log.storage_calls
     result = await log.read_after(rid, writer.next_sequence_number - 101)
     assert len(result.events) == 100
-    assert log.storage_calls - before == 2  # index + one ranged read
+    assert log.storage_calls - before == 2  # the head of segment 0 (gives its size) + one ranged read of its tail
     before = log.storage_calls
     opened = await log.open_writer(rid)
     assert log.storage_calls - before == 2 == opened.storage_calls  # list + tail read
     before = log.storage_calls
     await log.read_more(rid, result.cursor)
     assert log.storage_calls - before == 1
+
+
+async def test_a_log_that_fits_the_tail_window_is_read_in_one_call(storage: Storage, rid: str) -> None:
+    log = event_log(storage)
+    writer = await log.create(rid, [created()])
+    for _ in range(20):
+        await writer.append([delta()] * 5)
+    for after in (101, -1, 0, 50, 100):
+        before = log.storage_calls
+        result = await log.read_after(rid, after)
+        assert log.storage_calls - before == 1
+        assert_contiguous(result, after + 1, 100)
+    more = await log.read_more(rid, result.cursor)  # the cursor of a one-call read resumes exactly
+    assert more.events == []
+    await writer.append([delta()])
+    assert [e.sequence_number for e in (await log.read_more(rid, result.cursor)).events] == [101]
 
 
 async def test_packing_and_oversized_frames(storage: Storage, rid: str) -> None:

@@ -232,7 +232,7 @@ class CountingProxy:
                 lines = head.decode("latin-1").split("\r\n")
                 method, target = [*lines[0].split(" "), "", ""][:2]
                 headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
-                self._count(service, method, target)
+                self._count(service, method, target, headers)
                 if headers.get("transfer-encoding", "").lower() == "chunked":
                     while True:
                         size_line = await reader.readuntil(b"\r\n")
@@ -260,18 +260,39 @@ class CountingProxy:
                 dst.write(data)
                 await dst.drain()
 
-    def _count(self, service: str, method: str, target: str) -> None:
-        query = urlsplit(target).query
-        comp = re.search(r"(?:^|&)comp=([^&]+)", query)
-        path = urlsplit(target).path
-        if comp:
-            op = comp.group(1)
-        elif service == "table":
-            op = "$batch" if "$batch" in path else ("entity" if "(" in path else "table")
-        else:
-            op = "-"
+    def _count(self, service: str, method: str, target: str, headers: dict[str, str] | None = None) -> None:
         with self._lock:
-            self.counts[f"{service} {method} {op}"] += 1
+            self.counts[storage_operation(service, method, target, headers or {})] += 1
+
+
+def storage_operation(service: str, method: str, target: str, headers: dict[str, str]) -> str:
+    """A readable name for one storage request (what it is billed as), e.g. ``blob append``."""
+    parts = urlsplit(target)
+    comp = re.search(r"(?:^|&)comp=([^&]+)", parts.query)
+    if service == "blob":
+        if comp and comp.group(1) == "appendblock":
+            return "blob append"
+        if comp and comp.group(1) == "list":
+            return "blob list"
+        if method == "GET":
+            return "blob read"
+        if method == "HEAD":
+            return "blob properties"
+        if method == "PUT" and not comp:
+            return "blob create" if headers.get("x-ms-blob-type") else "blob put"
+        return f"blob {method} {comp.group(1) if comp else '-'}"
+    if service == "table":
+        if "$batch" in parts.path:
+            return "table batch"
+        entity = "(" in parts.path and "()" not in parts.path
+        if method == "GET":
+            if not entity:
+                return "table query"
+            return "table read (control columns)" if "select=" in parts.query else "table read"
+        if method == "POST":
+            return "table insert" if not parts.path.rstrip("/").endswith("/Tables") else "table create-table"
+        return {"PUT": "table upsert", "PATCH": "table merge", "DELETE": "table delete"}.get(method, f"table {method}")
+    return f"{service} {method} {comp.group(1) if comp else '-'}"
 
 
 # --------------------------------------------------------------------------------------------- the runs

@@ -215,12 +215,12 @@ class Engine:
         )
         with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
             text, stopped = await self._stream(response_id, writer, context, item_id)
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         status: ItemStatus = "incomplete" if stopped else "completed"
         item = output_message(item_id, text, status=status)
         await storage.items.put_output_item(response_id, index, item)
         storage.events.keep_writer(writer)
         self._remember(_RunMemo(record, request, [*claim.previous, item]))
-        COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
                                       "storage_calls": writer.storage_calls})
         return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)

@@ -31,9 +31,12 @@ log = logging.getLogger("resilient.http")
 
 POLL_MIN_SECONDS = 0.02
 POLL_MAX_SECONDS = 0.5
-# While a phase of the response streams in this process (or its next activity is expected here) its blocks
-# arrive through the feed; storage is then polled only this often, for a writer elsewhere.
+# While a phase of the response streams in this process its blocks arrive through the feed; storage is then
+# polled only this often, for a writer elsewhere (which would have fenced the local one off).
 POLL_WHILE_LOCAL_SECONDS = 2.0
+# Between activities of a run driven from this process: the next one probably runs here too (and then
+# arrives through the feed), but may run on another instance; poll at this pace, not from POLL_MIN.
+POLL_WHILE_EXPECTED_SECONDS = 0.25
 # Events that storage had but the feed did not (a writer in another process): poll normally this long.
 REMOTE_WRITER_SECONDS = 5.0
 STORAGE_OUTAGE_LIMIT_SECONDS = 120.0
@@ -78,6 +81,7 @@ async def tail_events(
     poll_min: float = POLL_MIN_SECONDS,
     poll_max: float = POLL_MAX_SECONDS,
     poll_while_local: float = POLL_WHILE_LOCAL_SECONDS,
+    poll_while_expected: float = POLL_WHILE_EXPECTED_SECONDS,
     finished: Callable[[], Awaitable[bool]] | None = None,
     finished_check_seconds: float = 2.0,
     feed: CommittedFeed = COMMITTED,
@@ -97,22 +101,23 @@ async def tail_events(
         with feed.subscribe(response_id) as local:
             cursor: ReadCursor | None = None
             frames = _Frames(starting_after)
-            delay = poll_min
-            storage_due = time.monotonic()  # the first read is from storage ...
+            delay = poll_min  # the storage poll interval while no writer is known to be here (backs off)
+            last_read = time.monotonic()  # the first read is from storage ...
             if start is not None and start.events and start.first_sequence_number <= starting_after + 1:
                 frames.add(start.events)  # ... unless it is known already
                 cursor = start.cursor
-                storage_due += poll_min
             remote_until = 0.0
             last_output = time.monotonic()
             outage_since: float | None = None
             next_finished_check = time.monotonic() + finished_check_seconds
             finished_seen = False
-            was_local = False
+            was_here = False
+            storage_due = last_read + (0.0 if cursor is None else delay)
             while True:
                 got_events = False
                 empty_read = False
                 if cursor is None or time.monotonic() >= storage_due:
+                    last_read = time.monotonic()
                     try:
                         if cursor is None and first_read is not None:
                             result = await first_read
@@ -139,7 +144,6 @@ async def tail_events(
                         empty_read = not got_events
                         frames.add(result.events)
                     delay = poll_min if got_events else min(poll_max, delay * 2)
-                    storage_due = time.monotonic() + delay
                 gap = False
                 if cursor is not None:
                     blocks, gap = local.drain()
@@ -164,13 +168,19 @@ async def tail_events(
                 if gap:
                     storage_due = now
                     continue
-                local_phase = feed.writing_here(response_id) and now >= remote_until
-                if local_phase:
-                    storage_due = max(storage_due, now + poll_while_local)
-                elif was_local or got_events:
-                    delay = poll_min  # a phase here just ended, or events flow: the next may come from anywhere
-                    storage_due = min(storage_due, now + poll_min)
-                was_local = local_phase
+                # When to poll storage next: rarely while a phase streams here (its blocks come through the
+                # feed), at a moderate pace while the run's next activity is expected here, else backing off.
+                trust_here = now >= remote_until
+                if trust_here and feed.writing_here(response_id):
+                    interval, here = poll_while_local, True
+                elif trust_here and feed.expected_here(response_id):
+                    interval, here = poll_while_expected, True
+                else:
+                    if was_here or got_events:
+                        delay = poll_min  # the run left this process, or events flow: they may come from anywhere
+                    interval, here = delay, False
+                was_here = here
+                storage_due = last_read + interval
                 if got_events:
                     continue
                 if empty_read and finished_seen:

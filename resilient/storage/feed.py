@@ -9,7 +9,10 @@ writer in another process) is read from storage, which stays the source of truth
 for replay and after restarts. Nothing is ever published that is not already in the blob (R1).
 
 The feed also knows whether a phase of a run is streaming in this process right now: while one is, a
-reader's storage polls are only a safety net (any other writer would fence the local one off).
+reader's storage polls are only a safety net (any other writer would fence the local one off). Between
+the activities of a run driven from here it knows that the next one is *expected* here: likely on one
+instance, a coin toss on many (the Durable runtime hands activities to any instance), so readers then
+poll at a moderate pace instead of backing off from the shortest interval.
 
 Thread-safe: a publisher on another thread or event loop hands blocks over with ``call_soon_threadsafe``;
 on the subscriber's own loop (the common case) they are handed over directly, without waking the loop
@@ -150,10 +153,13 @@ class CommittedFeed:
             self.publish(response_id, None)
 
     def writing_here(self, response_id: str) -> bool:
-        """A phase of the response streams in this process, or its next activity is expected here."""
+        """A phase of the response streams in this process right now."""
         with self._lock:
-            if response_id in self._active_writers:
-                return True
+            return response_id in self._active_writers
+
+    def expected_here(self, response_id: str) -> bool:
+        """The response's next activity is expected in this process (see :meth:`expect`)."""
+        with self._lock:
             until = self._expected.get(response_id)
             if until is None:
                 return False

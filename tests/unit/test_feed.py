@@ -66,15 +66,15 @@ async def test_writing_marks_the_response_and_wakes_readers_when_it_ends() -> No
         assert sub.drain() == ([], False)
 
 
-async def test_an_expected_run_counts_as_written_here_until_it_expires_or_is_forgotten() -> None:
+async def test_an_expected_run_is_known_until_it_expires_or_is_forgotten() -> None:
     feed = CommittedFeed()
     with feed.subscribe("resp_a") as sub:
         feed.expect("resp_a", 0.05)
-        assert feed.writing_here("resp_a")
+        assert feed.expected_here("resp_a") and not feed.writing_here("resp_a")
         await asyncio.sleep(0.1)
-        assert not feed.writing_here("resp_a")  # expired
+        assert not feed.expected_here("resp_a")  # expired
         feed.expect("resp_a", 30.0)
-        assert feed.writing_here("resp_a")
+        assert feed.expected_here("resp_a")
         feed.expect("resp_a", 0)
-        assert not feed.writing_here("resp_a")
+        assert not feed.expected_here("resp_a")
         assert await sub.wait(0.01)  # forgetting wakes readers: they poll storage again at once

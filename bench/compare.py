@@ -28,7 +28,6 @@ Every loop is bounded (``--runs`` ≤ 1000, per-request ``--timeout``, whole-ben
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
 import itertools
@@ -46,7 +45,6 @@ import string
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -56,14 +54,12 @@ from urllib.parse import urlsplit
 
 import httpx
 import psutil
+from counting_proxy import CountingProxy
 from openai import OpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = {"127.0.0.1", "localhost"}
 MAX_EVENTS_PER_STREAM = 200_000
-# Azurite's well-known development account (public, documented; what UseDevelopmentStorage=true means).
-DEV_ACCOUNT = "devstoreaccount1"
-DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 READY = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
@@ -168,131 +164,6 @@ class ManagedServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
             self.proc.wait(timeout=5)
-
-
-# --------------------------------------------------------------------------------- storage counting proxy
-class CountingProxy:
-    """Loopback HTTP/1.1 proxy in front of Azurite that counts requests per service/method/operation.
-
-    One listening port per upstream port (blob, queue, table). Requests are framed by Content-Length or
-    chunked encoding (what the Azure SDKs send); responses are piped through untouched.
-    """
-
-    def __init__(self, upstream_ports: dict[str, int]) -> None:
-        self.upstream = upstream_ports
-        self.ports = {service: free_port() for service in upstream_ports}
-        self.counts: collections.Counter[str] = collections.Counter()
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def connection_string(self) -> str:
-        p = self.ports
-        return (
-            f"DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{p['blob']}/{DEV_ACCOUNT};"
-            f"QueueEndpoint=http://127.0.0.1:{p['queue']}/{DEV_ACCOUNT};"
-            f"TableEndpoint=http://127.0.0.1:{p['table']}/{DEV_ACCOUNT}"
-        )
-
-    def snapshot(self) -> collections.Counter[str]:
-        with self._lock:
-            return collections.Counter(self.counts)
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("counting proxy did not start")
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        for service, port in self.ports.items():
-            self._loop.run_until_complete(
-                asyncio.start_server(lambda r, w, s=service: self._serve(s, r, w), "127.0.0.1", port)
-            )
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _serve(self, service: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream[service])
-        except OSError:
-            writer.close()
-            return
-        pipe = asyncio.ensure_future(self._pipe(up_reader, writer))
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                up_writer.write(head)
-                lines = head.decode("latin-1").split("\r\n")
-                method, target = [*lines[0].split(" "), "", ""][:2]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
-                self._count(service, method, target, headers)
-                if headers.get("transfer-encoding", "").lower() == "chunked":
-                    while True:
-                        size_line = await reader.readuntil(b"\r\n")
-                        up_writer.write(size_line)
-                        size = int(size_line.split(b";")[0].strip() or b"0", 16)
-                        up_writer.write(await reader.readexactly(size + 2))
-                        if size == 0:
-                            break
-                else:
-                    length = int(headers.get("content-length", "0") or 0)
-                    if length:
-                        up_writer.write(await reader.readexactly(length))
-                await up_writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        finally:
-            up_writer.close()
-            pipe.cancel()
-            writer.close()
-
-    @staticmethod
-    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-
-    def _count(self, service: str, method: str, target: str, headers: dict[str, str] | None = None) -> None:
-        with self._lock:
-            self.counts[storage_operation(service, method, target, headers or {})] += 1
-
-
-def storage_operation(service: str, method: str, target: str, headers: dict[str, str]) -> str:
-    """A readable name for one storage request (what it is billed as), e.g. ``blob append``."""
-    parts = urlsplit(target)
-    comp = re.search(r"(?:^|&)comp=([^&]+)", parts.query)
-    if service == "blob":
-        if comp and comp.group(1) == "appendblock":
-            return "blob append"
-        if comp and comp.group(1) == "list":
-            return "blob list"
-        if method == "GET":
-            return "blob read"
-        if method == "HEAD":
-            return "blob properties"
-        if method == "PUT" and not comp:
-            return "blob create" if headers.get("x-ms-blob-type") else "blob put"
-        return f"blob {method} {comp.group(1) if comp else '-'}"
-    if service == "table":
-        if "$batch" in parts.path:
-            return "table batch"
-        entity = "(" in parts.path and "()" not in parts.path
-        if method == "GET":
-            if not entity:
-                return "table query"
-            return "table read (control columns)" if "select=" in parts.query else "table read"
-        if method == "POST":
-            return "table insert" if not parts.path.rstrip("/").endswith("/Tables") else "table create-table"
-        return {"PUT": "table upsert", "PATCH": "table merge", "DELETE": "table delete"}.get(method, f"table {method}")
-    return f"{service} {method} {comp.group(1) if comp else '-'}"
 
 
 # --------------------------------------------------------------------------------------------- the runs
@@ -522,6 +393,8 @@ def metrics(target: Target, phases: int, words: int) -> dict[str, float]:
     storage = _vals(target, "storage_calls")
     m["storage calls per phase (mean)"] = statistics.fmean(storage) / phases if storage else math.nan
     m["storage calls per delta (mean)"] = statistics.fmean(storage) / (phases * words) if storage else math.nan
+    appends = [float(r.storage_detail.get("blob append", 0)) for r in ok if r.storage_detail]
+    m["blob appends per delta (mean)"] = statistics.fmean(appends) / (phases * words) if appends else math.nan
     rstorage = _vals(target, "reconnect_storage_calls")
     m["storage calls per reconnect (mean)"] = statistics.fmean(rstorage) if rstorage else math.nan
     m["sequence gaps (all runs)"] = float(sum(r.seq_gaps for r in ok))
@@ -532,6 +405,34 @@ def metrics(target: Target, phases: int, words: int) -> dict[str, float]:
 
 
 HIGHER_IS_BETTER = {"events/s delivered p50", "events/s delivered p5 (worst)"}
+# The hot-path targets: (metric, bound on ours/reference; for HIGHER_IS_BETTER metrics a lower bound).
+RATIO_TARGETS = (
+    ("whole run p50 (ms)", 2.0),
+    ("server CPU per event (ms, total/total)", 2.5),
+    ("worker CPU per event (ms; ref: whole server)", 1.5),
+    ("reconnect first event p50 (ms)", 3.0),
+    ("events/s delivered p50", 0.5),
+)
+IDLE_CPU_TARGET_MS_PER_S = 3.0
+
+
+def target_check(targets: list[Target], phases: int, words: int) -> list[dict[str, Any]]:
+    """Each target with its measured value and whether it is met (only when both servers were measured)."""
+    by_name = {t.name: metrics(t, phases, words) for t in targets}
+    rows: list[dict[str, Any]] = []
+    if "ours" in by_name and "reference" in by_name:
+        for key, bound in RATIO_TARGETS:
+            ours, ref = by_name["ours"][key], by_name["reference"][key]
+            ratio = ours / ref if ref and not math.isnan(ours) and not math.isnan(ref) else math.nan
+            higher = key in HIGHER_IS_BETTER
+            met = not math.isnan(ratio) and (ratio >= bound if higher else ratio <= bound)
+            rows.append({"metric": f"{key} ours/ref", "value": ratio, "target": f"{'>=' if higher else '<='} {bound}",
+                         "met": met})
+    if "ours" in by_name:
+        idle = by_name["ours"]["idle server CPU (ms per s)"]
+        rows.append({"metric": "ours idle server CPU (ms per s)", "value": idle,
+                     "target": f"<= {IDLE_CPU_TARGET_MS_PER_S}", "met": not math.isnan(idle) and idle <= 3.0})
+    return rows
 NO_RATIO = {
     "runs measured",
     "failed runs",
@@ -710,6 +611,12 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(render(targets, args.phases, args.words))
         print()
+        checks = target_check(targets, args.phases, args.words)
+        for check in checks:
+            print(f"target {check['metric']}: {_fmt(check['value'])} (target {check['target']}): "
+                  f"{'met' if check['met'] else 'NOT met'}")
+        if checks:
+            print()
         for target in targets:
             if target.storage_breakdown:
                 runs = max(1, len(_ok(target)))
@@ -728,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "command": [sys.executable, *sys.argv],
                         "metrics": {t.name: metrics(t, args.phases, args.words) for t in targets},
+                        "targets": checks,
                         "runs": {t.name: [asdict(r) for r in t.results] for t in targets},
                         "storage_breakdown": {t.name: dict(t.storage_breakdown) for t in targets},
                         "probes": probes,

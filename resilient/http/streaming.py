@@ -137,8 +137,8 @@ async def tail_events(
                             return  # the client reconnects with starting_after and misses nothing
                         result = None
                     if result is not None:
-                        if cursor is not None and result.events:
-                            remote_until = time.monotonic() + REMOTE_WRITER_SECONDS  # the feed did not have them
+                        if result.events and result.events[-1].sequence_number > feed.published_through(response_id):
+                            remote_until = time.monotonic() + REMOTE_WRITER_SECONDS  # written by another process
                         cursor = result.cursor
                         got_events = bool(result.events)
                         empty_read = not got_events

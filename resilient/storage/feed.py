@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -35,6 +35,8 @@ __all__ = ["COMMITTED", "CommittedBlock", "CommittedFeed", "Subscription"]
 # A subscriber that does not keep up (a slow client) holds at most this much; past it the pending blocks
 # are dropped and the reader catches up from storage instead (memory stays bounded per reader).
 MAX_PENDING_BYTES = 4 * 1024 * 1024
+# How many responses the feed remembers the last published sequence number of (a few dozen bytes each).
+PUBLISHED_MEMORY = 4096
 
 
 class Subscription:
@@ -85,6 +87,7 @@ class CommittedFeed:
         self._subscribers: dict[str, set[Subscription]] = {}
         self._active_writers: dict[str, int] = {}
         self._expected: dict[str, float] = {}  # response id -> monotonic time until which a run is expected
+        self._published: OrderedDict[str, int] = OrderedDict()  # response id -> last sequence number published
         self._lock = threading.Lock()
         self._max_pending_bytes = max_pending_bytes
 
@@ -111,6 +114,11 @@ class CommittedFeed:
     def publish(self, response_id: str, block: CommittedBlock | None) -> None:
         """Hand a committed block (or, with ``None``, just a wake-up) to every subscriber of the response."""
         with self._lock:
+            if block is not None:
+                self._published[response_id] = block.cursor.last_sequence_number
+                self._published.move_to_end(response_id)
+                if len(self._published) > PUBLISHED_MEMORY:
+                    self._published.popitem(last=False)
             subscribers = list(self._subscribers.get(response_id, ()))
         if not subscribers:
             return
@@ -140,6 +148,12 @@ class CommittedFeed:
                     self._active_writers.pop(response_id, None)
             if left <= 0:
                 self.publish(response_id, None)  # readers go back to polling storage at once
+
+    def published_through(self, response_id: str) -> int:
+        """The last sequence number a writer in this process published for the response (-1: none known).
+        A reader that finds later events in storage knows they came from a writer elsewhere."""
+        with self._lock:
+            return self._published.get(response_id, -1)
 
     def expect(self, response_id: str, seconds: float) -> None:
         """The run's next activity will probably run in this process within ``seconds`` (it is driven from

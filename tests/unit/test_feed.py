@@ -78,3 +78,11 @@ async def test_an_expected_run_is_known_until_it_expires_or_is_forgotten() -> No
         feed.expect("resp_a", 0)
         assert not feed.expected_here("resp_a")
         assert await sub.wait(0.01)  # forgetting wakes readers: they poll storage again at once
+
+
+async def test_the_feed_remembers_what_was_published_here() -> None:
+    feed = CommittedFeed()
+    assert feed.published_through("resp_a") == -1
+    feed.publish("resp_a", block(4))  # nobody subscribed: still remembered
+    feed.publish("resp_a", None)
+    assert feed.published_through("resp_a") == 4 and feed.published_through("resp_b") == -1

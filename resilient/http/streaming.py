@@ -35,10 +35,12 @@ POLL_MAX_SECONDS = 0.5
 # polled only this often, for a writer elsewhere (which would have fenced the local one off).
 POLL_WHILE_LOCAL_SECONDS = 2.0
 # Between activities of a run driven from this process: the next one probably runs here too (and then
-# arrives through the feed), but may run on another instance; poll at this pace, not from POLL_MIN.
-POLL_WHILE_EXPECTED_SECONDS = 0.25
-# Events that storage had but the feed did not (a writer in another process): poll normally this long.
+# arrives through the feed), but may run on another instance; poll at the idle pace, not from POLL_MIN.
+POLL_WHILE_EXPECTED_SECONDS = POLL_MAX_SECONDS
+# Events that storage had but the feed did not publish within REMOTE_GRACE_SECONDS (a writer in another
+# process, not just a read that overtook the local writer's publish): poll normally this long.
 REMOTE_WRITER_SECONDS = 5.0
+REMOTE_GRACE_SECONDS = 1.0
 STORAGE_OUTAGE_LIMIT_SECONDS = 120.0
 
 
@@ -107,17 +109,25 @@ async def tail_events(
                 frames.add(start.events)  # ... unless it is known already
                 cursor = start.cursor
             remote_until = 0.0
+            unpublished: tuple[int, float] | None = None  # (sequence number storage had, deadline for the feed)
             last_output = time.monotonic()
             outage_since: float | None = None
             next_finished_check = time.monotonic() + finished_check_seconds
             finished_seen = False
             was_here = False
+            must_read = False  # a gap in the feed: read storage, whatever other readers here found
             storage_due = last_read + (0.0 if cursor is None else delay)
             while True:
                 got_events = False
                 empty_read = False
-                if cursor is None or time.monotonic() >= storage_due:
-                    last_read = time.monotonic()
+                shared = feed.last_storage_read(response_id) if cursor is not None and not must_read else None
+                if shared is not None and cursor is not None and time.monotonic() >= storage_due and \
+                        shared[0] > last_read and shared[1] <= cursor.last_sequence_number:
+                    # Another reader here read storage since we did and found nothing we lack: that was our poll.
+                    last_read = shared[0]
+                    delay = min(poll_max, delay * 2)
+                elif cursor is None or time.monotonic() >= storage_due:
+                    must_read = False
                     try:
                         if cursor is None and first_read is not None:
                             result = await first_read
@@ -136,13 +146,16 @@ async def tail_events(
                                         extra={"response_id": response_id})
                             return  # the client reconnects with starting_after and misses nothing
                         result = None
+                    last_read = time.monotonic()
                     if result is not None:
-                        if result.events and result.events[-1].sequence_number > feed.published_through(response_id):
-                            remote_until = time.monotonic() + REMOTE_WRITER_SECONDS  # written by another process
+                        newest = result.events[-1].sequence_number if result.events else -1
+                        if newest > feed.published_through(response_id) and unpublished is None:
+                            unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS)
                         cursor = result.cursor
                         got_events = bool(result.events)
                         empty_read = not got_events
                         frames.add(result.events)
+                        feed.note_storage_read(response_id, last_read, cursor.last_sequence_number)
                     delay = poll_min if got_events else min(poll_max, delay * 2)
                 gap = False
                 if cursor is not None:
@@ -166,15 +179,19 @@ async def tail_events(
                     last_output = now
                     next_finished_check = now + finished_check_seconds
                 if gap:
-                    storage_due = now
+                    storage_due, must_read = now, True
                     continue
                 # When to poll storage next: rarely while a phase streams here (its blocks come through the
                 # feed), at a moderate pace while the run's next activity is expected here, else backing off.
+                if unpublished is not None and feed.published_through(response_id) >= unpublished[0]:
+                    unpublished = None  # the read only overtook a local writer's publish
+                elif unpublished is not None and now >= unpublished[1]:
+                    unpublished, remote_until = None, now + REMOTE_WRITER_SECONDS  # written by another process
                 trust_here = now >= remote_until
                 if trust_here and feed.writing_here(response_id):
                     interval, here = poll_while_local, True
                 elif trust_here and feed.expected_here(response_id):
-                    interval, here = poll_while_expected, True
+                    interval, here = max(poll_while_expected, delay), True  # backs off to poll_max as well
                 else:
                     if was_here or got_events:
                         delay = poll_min  # the run left this process, or events flow: they may come from anywhere
@@ -202,6 +219,8 @@ async def tail_events(
                     wait = min(wait, last_output + keepalive_seconds - time.monotonic())
                 if finished is not None:
                     wait = min(wait, next_finished_check - time.monotonic())
+                if unpublished is not None:
+                    wait = min(wait, unpublished[1] - time.monotonic())
                 if wait > 0:
                     await local.wait(wait)  # a block committed in this process wakes us at once
     finally:

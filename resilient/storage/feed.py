@@ -88,6 +88,7 @@ class CommittedFeed:
         self._active_writers: dict[str, int] = {}
         self._expected: dict[str, float] = {}  # response id -> monotonic time until which a run is expected
         self._published: OrderedDict[str, int] = OrderedDict()  # response id -> last sequence number published
+        self._checked: dict[str, tuple[float, int]] = {}  # response id -> (when, through which seq) storage was read
         self._lock = threading.Lock()
         self._max_pending_bytes = max_pending_bytes
 
@@ -110,6 +111,7 @@ class CommittedFeed:
                     subscribers.discard(subscription)
                     if not subscribers:
                         del self._subscribers[response_id]
+                        self._checked.pop(response_id, None)
 
     def publish(self, response_id: str, block: CommittedBlock | None) -> None:
         """Hand a committed block (or, with ``None``, just a wake-up) to every subscriber of the response."""
@@ -148,6 +150,20 @@ class CommittedFeed:
                     self._active_writers.pop(response_id, None)
             if left <= 0:
                 self.publish(response_id, None)  # readers go back to polling storage at once
+
+    def note_storage_read(self, response_id: str, at: float, through: int) -> None:
+        """A reader of the response read its log from storage at monotonic time ``at``, up to sequence
+        number ``through`` (the end of the log then)."""
+        with self._lock:
+            if response_id in self._subscribers:
+                self._checked[response_id] = (at, through)
+
+    def last_storage_read(self, response_id: str) -> tuple[float, int] | None:
+        """``(monotonic time, through which sequence number)`` of the latest storage read by a reader here:
+        a reader due to poll storage that finds a newer read that saw nothing beyond its own position can
+        count it as its own (readers of one response in one process poll storage once, not once each)."""
+        with self._lock:
+            return self._checked.get(response_id)
 
     def published_through(self, response_id: str) -> int:
         """The last sequence number a writer in this process published for the response (-1: none known).

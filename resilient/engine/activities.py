@@ -140,16 +140,33 @@ class Engine:
         raise LostOwnership(f"could not append to the event log of {response_id}")
 
     # ------------------------------------------------------------------ plan
+    def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
+        """The HTTP layer created this response in this process: its plan activity, if it runs here too, need
+        not read the row and the input items back (a stale row only loses its CAS). Only for a turn without
+        earlier turns, whose agent request is then complete."""
+        if _previous_turn(record) is not None:
+            return
+        request = AgentRequest(
+            response_id=record.response_id,
+            model=str(record.doc.get("model") or ""),
+            instructions=record.doc.get("instructions"),
+            input_items=list(input_items),
+            history=[],
+            metadata=dict(record.doc.get("metadata") or {}),
+        )
+        self._remember(_RunMemo(record, request, []))
+
     async def plan(self, response_id: str) -> JsonDict:
         """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
         responses = self.storage.responses
-        self._runs.pop(response_id, None)
-        record = await responses.get(response_id)  # carries the cancel flag too
+        memo = self._runs.pop(response_id, None)
+        # the row carries the cancel flag too (a remembered one may be stale: then its CAS below fails)
+        record = memo.record if memo is not None else await responses.get(response_id)
         if record.status in TERMINAL_STATUSES:
             return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
         if record.cancel_requested:
             return {"stop": "cancelled"}
-        request = await self._agent_request(record)
+        request = memo.request if memo is not None else await self._agent_request(record)
         plan = record.doc.get("plan")
         if plan is None:
             phases = list(await self.agent.plan(request))

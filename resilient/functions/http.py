@@ -37,7 +37,8 @@ class ClientRuntime:
 
 async def _service(client: df.DurableOrchestrationClient) -> ResponsesService:
     engine = await runtime.engine()
-    return ResponsesService(engine.storage, ClientRuntime(client), engine.settings)
+    return ResponsesService(engine.storage, ClientRuntime(client), engine.settings,
+                            on_created=engine.remember_created)
 
 
 def _to_response(result: HttpResult) -> Response:

@@ -73,11 +73,16 @@ def error_result(error: ApiError) -> HttpResult:
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
 
 
+CreatedHook = Callable[[ResponseRecord, list[dict[str, Any]]], None]
+
+
 class ResponsesService:
-    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings) -> None:
+    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
+                 on_created: CreatedHook | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
+        self._on_created = on_created  # the engine of this process remembers what it need not read back
 
     # ---------------------------------------------------------------- create
     async def create(self, body: bytes) -> HttpResult:
@@ -118,6 +123,8 @@ class ResponsesService:
         )
         self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
         created = writer.last_committed  # a stream of this create starts from it, not from a storage read
+        if self._on_created is not None:
+            self._on_created(record, items)
         try:
             await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
         except Exception:

@@ -172,3 +172,33 @@ async def test_a_cancel_between_phases_stops_the_next_one_before_it_appends(stor
     _assert_contiguous_and_valid(events)
     assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "cancelled"
     assert len(events[-1]["response"]["output"]) == 1
+
+
+async def test_a_plan_after_a_create_in_this_process_reads_nothing_back(storage: Storage, settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    service = ResponsesService(storage, _Runtime(), settings, on_created=engine.remember_created)
+    body = {"model": "m", "input": "Plan without reading back.", "background": True,
+            "metadata": {"research_phases": "2", "words_per_phase": "3", "delta_delay_ms": "0"}}
+    rid = str((await service.create(json.dumps(body).encode())).body["id"])
+    before = _calls(storage)
+    assert await engine.plan(rid) == {"phases": 2}
+    assert _delta(before, _calls(storage)) == {"responses": 1, "items": 0, "log": 0}  # the CAS to in_progress
+    await engine.run_phase(rid, 0)
+    await engine.run_phase(rid, 1)
+    await engine.finalize(rid, {"status": "completed"})
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    assert events[1]["type"] == "response.in_progress" and events[1]["response"]["status"] == "in_progress"
+    assert len((await storage.responses.get(rid)).doc["plan"]) == 2  # the plan was persisted by the CAS
+    assert len(events[-1]["response"]["output"]) == 2
+
+
+async def test_a_cancel_right_after_the_create_still_stops_a_remembered_plan(storage: Storage,
+                                                                           settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    service = ResponsesService(storage, _Runtime(), settings, on_created=engine.remember_created)
+    body = {"model": "m", "input": "Cancel me.", "background": True}
+    rid = str((await service.create(json.dumps(body).encode())).body["id"])
+    await service.cancel(rid)  # the remembered row is now stale: its CAS loses and the plan sees the cancel
+    assert await engine.plan(rid) == {"stop": "cancelled"}
+    assert (await storage.responses.get(rid)).status == "cancelled"

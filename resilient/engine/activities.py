@@ -95,6 +95,7 @@ class _Claim:
     previous: list[JsonDict]  # the checkpoints of the phases before this one
     recovery: bool
     request: AgentRequest | None  # known already (None: build it)
+    calls_before: int = 0  # the writer's storage calls before this phase (a kept writer has earlier ones)
 
 
 class Engine:
@@ -239,7 +240,7 @@ class Engine:
         storage.events.keep_writer(writer)
         self._remember(_RunMemo(record, request, [*claim.previous, item]))
         log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
-                                      "storage_calls": writer.storage_calls})
+                                      "storage_calls": writer.storage_calls - claim.calls_before})
         return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
 
     async def _claim_as_remembered(self, response_id: str, index: int, item_id: str) -> _Claim | JsonDict | None:
@@ -258,11 +259,12 @@ class Engine:
             return {"index": index, "stop": "cancelled"}
         if control.pending_input_count > 0:
             return {"index": index, "stop": "steered"}
+        calls_before = writer.storage_calls
         try:
             await writer.append(ev.phase_opening_events(index, item_id))  # at once: never delay a phase's start
         except LostOwnership:
             return None
-        return _Claim(memo.record, control, writer, plan, memo.checkpoints, False, memo.request)
+        return _Claim(memo.record, control, writer, plan, memo.checkpoints, False, memo.request, calls_before)
 
     async def _claim_from_storage(self, response_id: str, index: int, item_id: str) -> _Claim | JsonDict:
         """Claim the log for phase ``index`` from what storage says (the first activity of a run in this

@@ -495,7 +495,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, s (default 30)")
     p.add_argument("--max-seconds", type=float, default=900.0, help="stop measuring after this long")
     p.add_argument("--settle-ms", type=float, default=20.0, help="wait after the terminal event before CPU")
-    p.add_argument("--idle-seconds", type=float, default=1.0, help="idle CPU window per server (0: skip)")
+    p.add_argument("--idle-seconds", type=float, default=5.0, help="idle CPU window per server (0: skip)")
     p.add_argument("--count-storage", action="store_true", help="count storage calls (see module doc)")
     p.add_argument(
         "--reference-observability",

@@ -40,6 +40,9 @@ from resilient.storage.logformat import (
 from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult, StoredEvent
 
 BLOB_CLIENT_CACHE = 512
+# Events are rarely smaller than this: a read that starts after more events than fit the tail window at
+# this size goes to the tail straight away instead of trying the head of the log first.
+SMALL_EVENT_BYTES = 256
 
 
 def _total_size(content_range: str | None, fallback: int) -> int:
@@ -180,11 +183,13 @@ class BlobEventLog:
     # -- reading ------------------------------------------------------------------------------------
     @translate_errors
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
-        """Tail first, index second.
+        """Head (for a read near the start), then tail, then index.
 
+        0. A read that starts within the first few hundred events tries the head of segment 0 first:
+           one call answers it when the log fits the tail window (most logs), one more reads the tail.
         1. List the log (sizes) and range-read the last ``tail_window`` bytes of the last segment: a
-           reconnect near the end (the common case) is answered in these two calls, whatever the
-           log's length. 2. Otherwise download the offset index, start at the best hint and follow
+           reconnect near the end of a long log is answered in these two calls, whatever the log's
+           length. 2. Otherwise download the offset index, start at the best hint and follow
            next-segment markers. Why not the index first: on Azurite a download costs per block, and
            the index gains one block per hint, so reading it whole on every reconnect grows with the
            log; the tail window does not.
@@ -193,9 +198,10 @@ class BlobEventLog:
         if not isinstance(starting_after, int) or isinstance(starting_after, bool):
             raise ValueError("starting_after must be an int")
         after = max(-1, starting_after)
-        found = await self._read_single_segment(rid, after)
-        if found is not None:
-            return found
+        if after < self._tail_window // SMALL_EVENT_BYTES:  # the head of the log probably covers it
+            found = await self._read_single_segment(rid, after)
+            if found is not None:
+                return found
         sizes = await self._list(rid)
         if not sizes:
             raise NotFound(f"event log {rid!r} not found")

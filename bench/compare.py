@@ -281,7 +281,10 @@ def one_run(target: Target, args: argparse.Namespace) -> RunResult:
 
 
 def measure_idle(target: Target, seconds: float) -> None:
+    """CPU with no requests, after a 1 s settle (the probe run's last steps, e.g. the lock release, end first).
+    psutil counts in 10 ms ticks: take 5 s or more to resolve a few ms per second."""
     if target.pid:
+        time.sleep(1.0)
         before = tree_cpu_seconds(target.pid)
         time.sleep(seconds)
         target.idle_cpu_ms_per_s = (tree_cpu_seconds(target.pid) - before) * 1000.0 / seconds

@@ -6,12 +6,28 @@ Each activity therefore reads the durable state first and decides what is left t
 
 * ``plan``: persists the plan once; appends ``response.in_progress`` only if it is not there yet.
 * ``run_phase``: a phase whose checkpoint exists is returned as is (no second stream). A phase that finds
-  events after the last checkpoint is a *recovery*: it appends ``response.in_progress`` carrying the
-  snapshot as of the last checkpoint (clients drop their partial item, rule R4) and re-runs only this
-  phase. Non-background responses are not re-run but failed (R8). Every append is fenced by the blob's
-  append position, so a zombie's next append fails and it stops (R6).
-* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a cancel that already
-  won stays); the terminal event is appended only if the log does not end with one already.
+  events after the last checkpoint is a *recovery* (``recovery.py``): it closes the item left open, appends
+  ``response.in_progress`` carrying the snapshot as of the last checkpoint (clients drop their partial
+  item, rule R4) and re-runs only this phase, as new items at new stream indexes. Non-background
+  responses are not re-run but failed (R8). Every append is fenced by the blob's append position, so a
+  zombie's next append fails and it stops (R6). The phase's first append (recovery head, item opening,
+  first delta together) waits for the agent's first output: only then is the item's type known.
+  Agent errors are answers, not exceptions: a permanent one returns ``{"stop": "failed"}``, a transient
+  one ``{"retry_after": s}`` (the orchestrator waits on a durable timer and runs the phase again).
+* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a requested cancel wins
+  over the outcome, a terminal status already set stays); the terminal event is appended only if the log
+  does not end with one already. Then the response leaves the index of unfinished runs that the repair
+  path watches.
+* ``inspect``: read-only; tells whether a response's run is over (terminal status *and* terminal event).
+
+On the real Functions host a worker that dies does not get its activity re-delivered: the orchestrator
+retries it (a new call with the same input), which is the same situation for the activity. A phase stops
+at ``Settings.phase_deadline_seconds`` (a minute below the host's ``functionTimeout``, which would restart
+the worker) and its run ends ``failed``.
+
+Cancel is atomic to readers: ``POST .../cancel`` only raises the row's cancel flag while the run is
+in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) once the phase it stopped
+has checkpointed its partial item, so a reader never sees ``cancelled`` without that item.
 """
 
 from __future__ import annotations
@@ -24,20 +40,31 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from resilient.agents.base import Agent, AgentRequest, Phase, PhaseContext
+from resilient.agents.base import (
+    Agent,
+    AgentError,
+    AgentRequest,
+    Approval,
+    Phase,
+    PhaseContext,
+    PhaseOutput,
+    TransientAgentError,
+)
+from resilient.engine import recovery
 from resilient.engine.batching import Appender, ControlPoller, Tuning
+from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.snapshot import response_object
-from resilient.ids import new_message_id
 from resilient.protocol import events as ev
-from resilient.protocol.items import ItemStatus, output_message, text_of
+from resilient.protocol.items import ItemStatus, text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
-from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound
+from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound, PreconditionFailed
 from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Control,
+    EventLog,
     EventWriter,
     JsonDict,
     ResponseRecord,
@@ -51,24 +78,21 @@ log = logging.getLogger("resilient.engine")
 MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
-REMEMBERED_RUNS = 1024
-# After an activity of a run ends here, its next one usually starts here within a Durable hop: readers in
-# this process wait for it on the in-process feed (polling storage only as a safety net) for this long.
-NEXT_ACTIVITY_EXPECTED_S = 5.0
+_CONCLUDE_ATTEMPTS = 50
+PENDING_SETTLE_S = 1.0
+PHASE_DEADLINE_MESSAGE = (
+    "Phase {index} did not finish within {seconds:.0f} s (the limit kept below the host's functionTimeout); "
+    "the run was stopped."
+)
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
 )
-
-
-def _boundary(last_event: JsonDict | None, index: int) -> bool:
-    """True when the log ends exactly where phase ``index`` should start (so nothing partial is visible)."""
-    if last_event is None:
-        return False
-    kind = last_event.get("type")
-    if kind == "response.in_progress":
-        return True
-    return kind == "response.output_item.done" and last_event.get("output_index") == index - 1
+DEFAULT_RETRY_AFTER_SECONDS = 2.0
+REMEMBERED_RUNS = 1024
+# After an activity of a run ends here, its next one usually starts here within a Durable hop: readers in
+# this process wait for it on the in-process feed (polling storage at the idle pace) for this long.
+NEXT_ACTIVITY_EXPECTED_S = 5.0
 
 
 @dataclass
@@ -82,20 +106,6 @@ class _RunMemo:
     record: ResponseRecord
     request: AgentRequest
     checkpoints: list[JsonDict]
-
-
-@dataclass(frozen=True)
-class _Claim:
-    """A phase's hold on the end of the log (its opening events are appended) and what it starts from."""
-
-    record: ResponseRecord
-    control: Control
-    writer: EventWriter
-    plan: list[Phase]
-    previous: list[JsonDict]  # the checkpoints of the phases before this one
-    recovery: bool
-    request: AgentRequest | None  # known already (None: build it)
-    calls_before: int = 0  # the writer's storage calls before this phase (a kept writer has earlier ones)
 
 
 class Engine:
@@ -114,6 +124,14 @@ class Engine:
         self._runs.move_to_end(rid)
         while len(self._runs) > REMEMBERED_RUNS:
             self._runs.popitem(last=False)
+
+    def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
+        """The HTTP layer created this response in this process: its plan activity, if it runs here too, need
+        not read the row and the input items back (a stale row only loses its CAS). Only for a turn without
+        earlier turns and without a resumed plan, whose agent request is then complete."""
+        if _previous_turn(record) is not None or record.doc.get("resume"):
+            return
+        self._remember(_RunMemo(record, self._request_from(record, list(input_items), []), []))
 
     async def _append_at_end(
         self, response_id: str, decide: Callable[[JsonDict | None], list[JsonDict]]
@@ -141,56 +159,64 @@ class Engine:
         raise LostOwnership(f"could not append to the event log of {response_id}")
 
     # ------------------------------------------------------------------ plan
-    def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
-        """The HTTP layer created this response in this process: its plan activity, if it runs here too, need
-        not read the row and the input items back (a stale row only loses its CAS). Only for a turn without
-        earlier turns, whose agent request is then complete."""
-        if _previous_turn(record) is not None:
-            return
-        request = AgentRequest(
-            response_id=record.response_id,
-            model=str(record.doc.get("model") or ""),
-            instructions=record.doc.get("instructions"),
-            input_items=list(input_items),
-            history=[],
-            metadata=dict(record.doc.get("metadata") or {}),
-        )
-        self._remember(_RunMemo(record, request, []))
-
     async def plan(self, response_id: str) -> JsonDict:
         """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
         responses = self.storage.responses
         memo = self._runs.pop(response_id, None)
-        # the row carries the cancel flag too (a remembered one may be stale: then its CAS below fails)
+        # The row carries the cancel flag too. A remembered one (the create in this process) may be stale:
+        # then its CAS below loses, and the row the transition returns has the flag.
         record = memo.record if memo is not None else await responses.get(response_id)
         if record.status in TERMINAL_STATUSES:
             return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
         if record.cancel_requested:
+            await self.settle_cancel(response_id)
             return {"stop": "cancelled"}
-        request = memo.request if memo is not None else await self._agent_request(record)
-        plan = record.doc.get("plan")
-        if plan is None:
+        request = memo.request if memo is not None else None
+        changes: JsonDict = {key: record.doc[key] for key in ("plan", "phase_offset", "agent_metadata")
+                             if key in record.doc}
+        if "plan" not in changes:
+            changes = await self._resumed_plan(record) if record.doc.get("resume") else {}
+        if "plan" not in changes:
+            request = request or await self._agent_request(record)
             phases = list(await self.agent.plan(request))
             if not 1 <= len(phases) <= MAX_PHASES:
                 raise ValueError(f"an agent plan must have 1..{MAX_PHASES} phases, got {len(phases)}")
-            plan = [p.to_json() for p in phases]
+            changes = {"plan": [p.to_json() for p in phases], "phase_offset": 0}
+        plan = changes["plan"][int(changes.get("phase_offset", 0)):]
         try:
             record = await responses.transition(
-                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes={"plan": plan}, current=record
+                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes=changes, current=record
             )
         except InvalidTransition:
+            return {"stop": "cancelled"}
+        if record.cancel_requested:  # raised between the create and this CAS
+            await self.settle_cancel(response_id)
             return {"stop": "cancelled"}
         in_progress = [ev.response_in_progress(response_object(record, []))]
 
         def opening(last: JsonDict | None) -> list[JsonDict]:
             return in_progress if (last or {}).get("type") in ("response.created", "response.queued") else []
 
-        writer = await self._append_at_end(response_id, opening)
-        self.storage.events.keep_writer(writer)
-        self._remember(_RunMemo(record, request, []))
-        COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
+        self.storage.events.keep_writer(await self._append_at_end(response_id, opening))
+        if request is not None and not record.doc.get("agent_metadata"):
+            self._remember(_RunMemo(record, request, []))
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
+
+    async def _resumed_plan(self, record: ResponseRecord) -> JsonDict:
+        """The plan of a turn that answers an approval request: approved, the paused plan from the paused
+        phase on (earlier phases are not run again); denied, one phase that only says so. The paused
+        turn's metadata carries over (this turn's own metadata wins), so its knobs still apply."""
+        resume = record.doc["resume"]
+        paused = await self.storage.responses.get(str(resume["from"]))
+        pause = paused.doc.get("paused") or {}
+        metadata = {**(paused.doc.get("agent_metadata") or paused.doc.get("metadata") or {}),
+                    **(record.doc.get("metadata") or {})}
+        if resume.get("approve"):
+            return {"plan": paused.doc["plan"], "phase_offset": int(pause["phase"]), "agent_metadata": metadata}
+        denied = Phase("not-approved", f"Say that {pause.get('name', 'the step')} was not approved.")
+        return {"plan": [denied.to_json()], "phase_offset": 0, "agent_metadata": metadata}
 
     async def mark_queued(self, response_id: str) -> JsonDict:
         """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
@@ -205,211 +231,402 @@ class Engine:
 
     # ------------------------------------------------------------- run_phase
     async def run_phase(self, response_id: str, index: int) -> JsonDict:
-        """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
+        """Stream one phase into the event log and checkpoint its output item(s). Returns a small summary.
+
+        ``index`` counts the phases of this response; a turn that resumes a paused plan starts at the
+        plan's ``phase_offset``, so the agent sees ``phase_offset + index``.
+
+        A phase that stops for a cancel settles the cancel itself, right after its partial checkpoint:
+        the ``cancelled`` status and the partial output become visible together, without waiting for
+        the orchestrator to schedule ``finalize``.
+        """
+        limit = self.settings.phase_deadline_seconds
+        deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
         try:
-            return await self._run_phase(response_id, index)
+            summary = await self._run_phase(response_id, index, deadline)
         except BaseException:
             COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise
+        if summary.get("stop") == "cancelled":
+            await self.settle_cancel(response_id)
+        return summary
 
-    async def _run_phase(self, response_id: str, index: int) -> JsonDict:
+    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
         storage = self.storage
-        item_id = new_message_id()
-        claim = await self._claim_as_remembered(response_id, index, item_id)
-        if claim is None:
-            claim = await self._claim_from_storage(response_id, index, item_id)
-        if isinstance(claim, dict):
-            return claim
-        record, control, writer = claim.record, claim.control, claim.writer
-        request = claim.request or await self._agent_request(record)
-        context = PhaseContext(
-            request=request,
-            plan=claim.plan,
-            phase_index=index,
-            is_recovery=claim.recovery,
-            output_so_far=claim.previous,
-            pending_input_count=control.pending_input_count,
-            cancelled=control.cancel_requested,
-        )
-        with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
-            text, stopped = await self._stream(response_id, writer, context, item_id)
-            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
-        status: ItemStatus = "incomplete" if stopped else "completed"
-        item = output_message(item_id, text, status=status)
-        await storage.items.put_output_item(response_id, index, item)
-        storage.events.keep_writer(writer)
-        self._remember(_RunMemo(record, request, [*claim.previous, item]))
-        log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
-                                      "storage_calls": writer.storage_calls - claim.calls_before})
-        return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
+        remembered = self._as_remembered(response_id, index)
+        if remembered is not None:
+            # This process drove the run up to here: one control read; the claim's fenced append below
+            # proves nothing happened meanwhile (else it re-reads storage, as a re-delivery does).
+            memo, writer = remembered
+            record, checkpoints, request = memo.record, memo.checkpoints, memo.request
+            control = await storage.responses.get_control(response_id)
+        else:
+            record = await storage.responses.get(response_id)  # carries the control columns too
+            control = Control(record.status, record.cancel_requested, record.pending_input_count)
+            checkpoints = await storage.items.list_output_items(response_id)
+            writer = None
+            request = None
+        plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
+        offset = int(record.doc.get("phase_offset", 0))
+        if not 0 <= offset + index < len(plan):
+            raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
 
-    async def _claim_as_remembered(self, response_id: str, index: int, item_id: str) -> _Claim | JsonDict | None:
-        """Claim the log for phase ``index`` from what this process remembers of the run: one control read,
-        then the opening append through the kept writer. None when there is nothing (consistent) to go by,
-        or when that append lost: another process advanced the run, so storage must be read."""
-        memo = self._runs.pop(response_id, None)
-        writer = self.storage.events.take_writer(response_id)
-        if memo is None or writer is None or len(memo.checkpoints) != index or not _boundary(writer.last_event, index):
-            return None
-        plan = [Phase.from_json(p) for p in memo.record.doc.get("plan") or []]
-        if not 0 <= index < len(plan):
-            return None
-        control = await self.storage.responses.get_control(response_id)
+        if len(checkpoints) > index:  # a re-delivery of a finished phase: return it, stream nothing
+            return self._summary(index, checkpoints[index:], control.cancel_requested, control.pending_input_count)
         if control.status in TERMINAL_STATUSES or control.cancel_requested:
             return {"index": index, "stop": "cancelled"}
         if control.pending_input_count > 0:
             return {"index": index, "stop": "steered"}
-        calls_before = writer.storage_calls
-        try:
-            await writer.append(ev.phase_opening_events(index, item_id))  # at once: never delay a phase's start
-        except LostOwnership:
-            return None
-        return _Claim(memo.record, control, writer, plan, memo.checkpoints, False, memo.request, calls_before)
+        previous = checkpoints[:index]
+        writer = writer or await storage.events.open_writer(response_id)
+        head, first_index, crashed = await self._head(record, writer, previous)
+        if crashed and not record.doc.get("background", False):
+            log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
+            return {"index": index, "stop": "failed",
+                    "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
+        if head:
+            log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
 
-    async def _claim_from_storage(self, response_id: str, index: int, item_id: str) -> _Claim | JsonDict:
-        """Claim the log for phase ``index`` from what storage says (the first activity of a run in this
-        process, a re-delivery, a recovery after a crash)."""
-        storage = self.storage
-        record = await storage.responses.get(response_id)  # carries the control columns too
-        control = Control(record.status, record.cancel_requested, record.pending_input_count)
-
-        plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
-        if not 0 <= index < len(plan):
-            raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
-        for attempt in range(OPEN_ATTEMPTS):
-            # Claim the end of the log. Losing this first append means a zombie copy of this activity
-            # appended since we looked; look again (it may even have finished the phase) and retry.
-            # Once our append lands, the zombie's next append is refused and it stops.
-            # One read gives both the checkpoint of this phase (a re-delivery of a finished phase returns
-            # it and streams nothing) and the items before it (the snapshot of a recovery reset).
-            checkpoints = await storage.items.list_output_items(response_id)
-            if len(checkpoints) > index:
-                existing = checkpoints[index]
-                return self._summary(index, existing, control.cancel_requested, control.pending_input_count,
-                                     stopped=existing.get("status") == "incomplete")
-            if attempt == 0 and (record.status in TERMINAL_STATUSES or control.cancel_requested):
-                return {"index": index, "stop": "cancelled"}
-            if attempt == 0 and control.pending_input_count > 0:
-                return {"index": index, "stop": "steered"}
-            previous = checkpoints[:index]
-            writer = await storage.events.open_writer(response_id)  # last: keep the race window small
-            recovery = not _boundary(writer.last_event, index)
-            opening: list[JsonDict] = []
-            if recovery:
-                if not record.doc.get("background", False):
-                    log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
-                    return {"index": index, "stop": "failed",
-                            "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
-                log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
-                opening.append(ev.response_in_progress(response_object(record, previous, status="in_progress")))
-            opening += ev.phase_opening_events(index, item_id)
+        request = request or await self._agent_request(record)
+        context = PhaseContext(
+            request=request,
+            plan=plan,
+            phase_index=offset + index,
+            is_recovery=bool(head),
+            output_so_far=previous,
+            pending_input_count=control.pending_input_count,
+            cancelled=control.cancel_requested,
+            approval=_approval_for(record.doc, offset + index),
+        )
+        items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
+        claim = _Claim(self, record, index, writer, head, first_index, previous, items)
+        denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
+        source = _denial(record.doc) if denied else self.agent.run_phase(context)
+        with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
             try:
-                await writer.append(opening)  # flushed at once: the first event of a phase is never delayed
-                return _Claim(record, control, writer, plan, previous, recovery, None)
-            except LostOwnership:
-                await asyncio.sleep(0.01)
-        raise LostOwnership(f"could not claim the event log of {response_id} for phase {index}")
+                stopped, failure, overtime, appender = await self._stream(
+                    response_id, claim, context, items, source, deadline)
+            except _Superseded as done:
+                return self._summary(index, done.items, context.cancelled, context.pending_input_count)
+            except Exception as exc:
+                log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
+                            extra={"response_id": response_id, "phase": index})
+                raise
+            if failure is not None:
+                return await self._failed_attempt(response_id, index, record, claim, items, failure, appender)
+
+            status: ItemStatus = "incomplete" if stopped or overtime else "completed"
+            try:
+                closing = items.close(status, ensure_item=True)
+            except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
+                return await self._failed_attempt(response_id, index, record, claim, items, exc, appender)
+            if claim.appended:
+                await appender.finish(closing)  # with the deltas still waiting: one append
+            else:
+                await claim.append(closing)  # the agent said nothing: the closing events claim the log
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
+        await self._record_phase(record, offset + index, items)
+        if len(items.items) == 1:
+            await storage.items.put_output_item(response_id, index, items.items[0])
+        else:
+            await storage.items.put_output_items(response_id, index, items.items)
+        storage.events.keep_writer(claim.writer)
+        self._remember(_RunMemo(record, request, [*previous, *items.items]))
+        log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
+                                      "chars": sum(len(text_of(i)) for i in items.items),
+                                      "storage_calls": claim.storage_calls})
+        if overtime:
+            log.warning("phase deadline", extra={"response_id": response_id, "phase": index})
+            seconds = self.settings.phase_deadline_seconds or 0.0
+            return {"index": index, "stop": "failed", "error": {
+                "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
+        return self._summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped)
+
+    def _as_remembered(self, response_id: str, index: int) -> tuple[_RunMemo, EventWriter] | None:
+        """What this process remembers of the run and its kept writer, when they agree that the log ends
+        where phase ``index`` starts; else None (storage is read, as for any other delivery)."""
+        memo = self._runs.pop(response_id, None)
+        writer = self.storage.events.take_writer(response_id)
+        if memo is None or writer is None or len(memo.checkpoints) != index:
+            return None
+        if not recovery.boundary(writer.last_event, memo.checkpoints):
+            return None
+        return memo, writer
+
+    async def _head(
+        self, record: ResponseRecord, writer: EventWriter, previous: list[JsonDict]
+    ) -> tuple[list[JsonDict], int, bool]:
+        """What this attempt must append before its first item, the first stream index it may use, and
+        whether the log shows a crash (it ends inside an item, not after a closed one)."""
+        last = writer.last_event
+        if recovery.boundary(last, previous):
+            return [], recovery.next_index_at_boundary(last), False
+        tail = await recovery.scan_tail(self.storage.events, record.response_id, writer.next_sequence_number)
+        reset = ev.response_in_progress(response_object(record, previous, status="in_progress"))
+        crashed = (last or {}).get("type") != ev.OUTPUT_ITEM_DONE
+        return [*tail.closing, reset], tail.last_index + 1, crashed
+
+    async def _failed_attempt(
+        self, response_id: str, index: int, record: ResponseRecord, claim: _Claim, items: PhaseItems,
+        failure: Exception, appender: Appender,
+    ) -> JsonDict:
+        """An agent error: close what was streamed (``incomplete``), then answer the orchestrator.
+
+        Transient errors on background runs ask for a retry after ``retry_after`` (the partial item stays
+        in the stream only, closed; the next attempt starts with a recovery reset). Everything else fails
+        the response with the agent's message; what was streamed is kept as its (incomplete) output.
+        """
+        log.warning("phase attempt failed: %s: %s", type(failure).__name__, failure,
+                    extra={"response_id": response_id, "phase": index})
+        message = str(failure)[:1000] or type(failure).__name__
+        code = getattr(failure, "code", None) or "server_error"
+        if claim.appended:
+            await appender.finish(items.close("incomplete", ensure_item=False))
+        error = {"code": code, "message": message}
+        if isinstance(failure, TransientAgentError) and record.doc.get("background", False):
+            retry_after = failure.retry_after if failure.retry_after is not None else DEFAULT_RETRY_AFTER_SECONDS
+            return {"index": index, "retry_after": max(0.0, float(retry_after)), "error": error}
+        if items.items:
+            await self.storage.items.put_output_items(response_id, index, items.items)
+        return {"index": index, "stop": "failed", "error": error}
+
+    async def _record_phase(self, record: ResponseRecord, phase: int, items: PhaseItems) -> None:
+        """Before the checkpoint: the model's token counts of this phase, and where a plan paused. Keyed
+        by phase, so a phase that runs again overwrites instead of counting twice."""
+        changes: JsonDict = {}
+        if items.usage:
+            changes[f"usage_{phase}"] = {
+                "input_tokens": sum(u.input_tokens for u in items.usage),
+                "output_tokens": sum(u.output_tokens for u in items.usage),
+                "cached_tokens": sum(u.cached_tokens for u in items.usage),
+                "reasoning_tokens": sum(u.reasoning_tokens for u in items.usage),
+            }
+        if items.approval is not None:
+            changes["paused"] = {"phase": phase, "approval_request_id": items.approval["id"],
+                                 "name": items.approval["name"], "arguments": items.approval["arguments"]}
+        if changes:
+            await self._merge_doc(record.response_id, changes)
+
+    async def _merge_doc(self, response_id: str, changes: JsonDict) -> None:
+        for _ in range(OPEN_ATTEMPTS):
+            current = await self.storage.responses.get(response_id)
+            try:
+                await self.storage.responses.replace(current, doc_changes=changes)
+                return
+            except PreconditionFailed:
+                continue  # a control column changed meanwhile (cancel, steering): read again
+        raise PreconditionFailed(f"could not record the phase of {response_id}")
 
     @staticmethod
-    def _summary(index: int, item: JsonDict, cancelled: bool, pending: int, *, stopped: bool) -> JsonDict:
+    def _summary(index: int, items: Sequence[JsonDict], cancelled: bool, pending: int, *,
+                 stopped: bool | None = None) -> JsonDict:
+        kinds = {item.get("type") for item in items}
+        if stopped is None:
+            stopped = bool(items) and items[-1].get("status") == "incomplete"
         stop = None
-        if cancelled:
+        if "mcp_approval_request" in kinds:
+            stop = "paused"
+        elif "function_call" in kinds:
+            stop = "tool_calls"
+        elif cancelled:
             stop = "cancelled"
         elif pending > 0 or stopped:
             stop = "steered"
-        return {"index": index, "stop": stop, "chars": len(text_of(item))}
+        return {"index": index, "stop": stop, "chars": sum(len(text_of(i)) for i in items)}
 
     async def _stream(
-        self, response_id: str, writer: EventWriter, context: PhaseContext, item_id: str
-    ) -> tuple[str, bool]:
-        """Pump the agent's deltas into the log and close the phase there: group-committed appends (see
-        :mod:`resilient.engine.batching`) and control flags refreshed in the background. Returns the text
-        and whether the phase stopped early (cancel or steering)."""
-        appender = Appender(writer, self.tuning)
+        self, response_id: str, claim: _Claim, context: PhaseContext, items: PhaseItems,
+        source: AsyncIterator[PhaseOutput], deadline: float | None = None,
+    ) -> tuple[bool, Exception | None, bool, Appender]:
+        """Pump the agent's outputs into the log: the first output claims the log at once, the rest go
+        through group-committed appends (:mod:`resilient.engine.batching`); the control flags are
+        refreshed in the background.
+
+        Returns (stopped early, the agent's error if it failed, ran past ``deadline``, the appender with the
+        events still waiting: the caller finishes it with the phase's closing events).
+        """
+        appender = Appender(claim, self.tuning)
         control = ControlPoller(self.storage.responses, response_id, context, self.tuning.control_interval_s)
-        index = context.phase_index
-        pieces: list[str] = []
-        stopped = False
-        deltas: AsyncIterator[str] = aiter(self.agent.run_phase(context))
+        outputs = aiter(source)
+        pending: asyncio.Future[PhaseOutput] | None = None
+        stopped = overtime = False
+        failure: Exception | None = None
         control.start()
         try:
             while True:
                 if context.should_stop:
                     stopped = True
                     break
+                pending = asyncio.ensure_future(anext(outputs))
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left > 0:
+                    await asyncio.wait({pending}, timeout=left)
+                elif left is None:
+                    await asyncio.wait({pending})
+                if not pending.done():
+                    overtime = True
+                    break
                 try:
-                    delta = await anext(deltas)
+                    output = pending.result()
                 except StopAsyncIteration:
+                    pending = None
                     stopped = context.should_stop  # the agent saw the flags first and ended the phase early
                     break
+                except (AgentError, AgentOutputError) as exc:
+                    pending, failure = None, exc
+                    break
+                pending = None
                 control.raise_if_failed()
-                if delta:
-                    pieces.append(delta)
-                    appender.add(ev.output_text_delta(item_id, index, 0, delta))
-            text = "".join(pieces)
-            status: ItemStatus = "incomplete" if stopped else "completed"
-            await appender.finish(ev.phase_closing_events(index, item_id, text, status))
+                try:
+                    events = items.feed(output)
+                except AgentOutputError as exc:
+                    failure = exc
+                    break
+                if events and not claim.appended:
+                    await claim.append(events)  # the first output claims the log at once
+                else:
+                    for event in events:
+                        appender.add(event)
+                if items.paused:
+                    break  # an approval request ends the phase: nothing after it runs
+                if deadline is not None and time.monotonic() >= deadline:
+                    overtime = True
+                    break
         except BaseException:
             appender.cancel()
             raise
         finally:
             await control.stop()
-            closer = getattr(deltas, "aclose", None)
+            if pending is not None:
+                # Let a cancelled ``anext`` settle (bounded: an agent may swallow the cancellation), so the
+                # generator is no longer running when it is closed; retrieve its outcome (no "exception was
+                # never retrieved" noise).
+                pending.cancel()
+                await asyncio.wait({pending}, timeout=PENDING_SETTLE_S)
+                if pending.done() and not pending.cancelled():
+                    pending.exception()
+            closer = getattr(outputs, "aclose", None)
             if closer is not None:
                 try:
-                    await closer()
+                    await closer()  # runs the agent's finally blocks: a model stream is closed here
                 except Exception:  # an agent's cleanup error must not lose the phase
                     log.exception("agent generator close failed")
-        return text, stopped
+        return stopped, failure, overtime, appender
 
     # -------------------------------------------------------------- finalize
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent)."""
         storage = self.storage
         output = await storage.items.list_output_items(response_id)
-        wanted = str(outcome.get("status", "completed"))
         memo = self._runs.pop(response_id, None)
         try:
-            record = memo.record if memo is not None else await storage.responses.get(response_id)
-            changes: JsonDict = {
-                "completed_at": int(time.time()),
-                "usage": usage_for(self._input_tokens(record), sum(estimate_tokens(text_of(i)) for i in output)),
-            }
-            if wanted == "failed":
-                changes["error"] = outcome.get("error") or {"code": "server_error", "message": "The response failed."}
-            try:
-                record = await storage.responses.transition(
-                    response_id, wanted, allowed_from=ACTIVE_STATUSES, doc_changes=changes, current=record
-                )
-            except InvalidTransition:
-                record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
+            record = await self._conclude(response_id, output, str(outcome.get("status", "completed")),
+                                          outcome.get("error"), current=memo.record if memo is not None else None)
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
+            await self._leave_index(response_id)
             return {"status": "gone"}
         terminal = [_terminal_event(record, output)]
 
         def unless_ended(last: JsonDict | None) -> list[JsonDict]:
             return [] if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES else terminal
 
-        await self._append_at_end(response_id, unless_ended)  # a zombie phase may append meanwhile: retried
+        try:
+            await self._append_at_end(response_id, unless_ended)  # a zombie phase may append meanwhile
+            ended = True
+        except LostOwnership:
+            ended = False
         COMMITTED.expect(response_id, 0)
+        if ended:
+            await self._leave_index(response_id)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
 
+    async def _leave_index(self, response_id: str) -> None:
+        """The run is over: drop it from the index the repair path watches. Best effort: a leftover entry
+        costs the repair path one look, after which it removes the entry itself."""
+        try:
+            await self.storage.active.remove(response_id)
+        except Exception:
+            log.warning("could not drop the response from the active index", extra={"response_id": response_id})
+
+    # --------------------------------------------------------------- inspect
+    async def inspect(self, response_id: str) -> JsonDict:
+        """Whether a response's run is over: a terminal status *and* its terminal event in the log (a
+        cancelled run still writes its partial item and terminal event after the status changed).
+        A response that no longer exists (deleted, forgotten, purged) is over too."""
+        try:
+            status = (await self.storage.responses.get_control(response_id)).status
+        except NotFound:
+            return {"status": "gone", "over": True}
+        return {"status": status, "over": status in TERMINAL_STATUSES and await log_ended(self.storage.events,
+                                                                                       response_id)}
+
+    async def settle_cancel(self, response_id: str) -> None:
+        """Set ``cancelled`` once the run has stopped and its output is checkpointed (no-op when a
+        terminal status is already set). Finalize still appends the terminal event."""
+        output = await self.storage.items.list_output_items(response_id)
+        try:
+            record = await self._conclude(response_id, output, "cancelled", None)
+        except NotFound:
+            return
+        log.info("cancel settled", extra={"response_id": response_id, "status": record.status,
+                                          "items": len(output)})
+
+    async def _conclude(self, response_id: str, output: Sequence[JsonDict], wanted: str,
+                        error: JsonDict | None, *, current: ResponseRecord | None = None) -> ResponseRecord:
+        """The one terminal transition (ETag CAS from an active status; a terminal status already set
+        stays). A raised cancel flag turns any outcome into ``cancelled``: the flag is set by a CAS that
+        only succeeds on an active row, so either it landed first and the cancel wins here, or this
+        transition landed first and the cancel is refused (R5)."""
+        responses = self.storage.responses
+        known = current  # a row this process read or wrote earlier: a stale one only loses its CAS
+        for _ in range(_CONCLUDE_ATTEMPTS):
+            record, known = (known, None) if known is not None else (await responses.get(response_id), None)
+            if record.status not in ACTIVE_STATUSES:
+                return record  # a cancel (or an earlier finalize) won
+            status = "cancelled" if record.cancel_requested else wanted
+            changes: JsonDict = {"completed_at": int(time.time()), "usage": self._usage(record, output)}
+            if status == "failed":
+                changes["error"] = error or {"code": "server_error", "message": "The response failed."}
+            try:
+                return await responses.replace(record, status=status, doc_changes=changes)
+            except PreconditionFailed:
+                continue  # the row changed (a cancel flag, a pending-input count): decide again
+        raise PreconditionFailed(f"response {response_id!r}: the terminal transition kept losing the CAS")
+
     @staticmethod
-    def _input_tokens(record: ResponseRecord) -> int:
-        return estimate_tokens(str(record.doc.get("instructions") or "")) + int(record.doc.get("input_chars", 0)) // 4
+    def _usage(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:
+        """The model's own token counts, added up over the phases, when an agent reported them; an
+        estimate (about four characters a token) when none did (the offline agent)."""
+        reported = [v for k, v in record.doc.items() if k.startswith("usage_") and isinstance(v, dict)]
+        if reported:
+            return usage_for(
+                sum(int(u.get("input_tokens", 0)) for u in reported),
+                sum(int(u.get("output_tokens", 0)) for u in reported),
+                cached_tokens=sum(int(u.get("cached_tokens", 0)) for u in reported),
+                reasoning_tokens=sum(int(u.get("reasoning_tokens", 0)) for u in reported),
+            )
+        estimated_input = estimate_tokens(str(record.doc.get("instructions") or "")) + int(
+            record.doc.get("input_chars", 0)) // 4
+        return usage_for(estimated_input, sum(estimate_tokens(text_of(i)) for i in output))
 
     # --------------------------------------------------------------- helpers
     async def _agent_request(self, record: ResponseRecord) -> AgentRequest:
         items = await self._all_input_items(record.response_id)
         history = await self._history(record)
+        return self._request_from(record, items, history)
+
+    @staticmethod
+    def _request_from(record: ResponseRecord, items: list[JsonDict], history: list[JsonDict]) -> AgentRequest:
         return AgentRequest(
             response_id=record.response_id,
             model=str(record.doc.get("model") or ""),
             instructions=record.doc.get("instructions"),
             input_items=items,
             history=history,
-            metadata=dict(record.doc.get("metadata") or {}),
+            metadata=dict(record.doc.get("agent_metadata") or record.doc.get("metadata") or {}),
+            tools=list(record.doc.get("tools") or []),
+            tool_choice=record.doc.get("tool_choice") or "auto",
         )
 
     async def _all_input_items(self, response_id: str) -> list[JsonDict]:
@@ -441,6 +658,104 @@ class Engine:
         for earlier_turn in reversed(turns):
             history += list(earlier_turn)
         return history
+
+
+class _Superseded(Exception):
+    """Another attempt of the same phase checkpointed it while this one waited for its first output."""
+
+    def __init__(self, items: list[JsonDict]) -> None:
+        super().__init__("phase already checkpointed")
+        self.items = items
+
+
+class _Claim:
+    """This attempt's writer. Its first append carries the recovery head and so claims the log.
+
+    Losing the first append means another writer appended since we looked (a zombie, or another
+    delivery of this phase): look again. The phase may be checkpointed already (then this attempt is
+    superseded); otherwise build a new head and move this attempt's stream indexes past the ones the
+    other writer used. Once an append lands, a later loss means this attempt is the zombie: it raises.
+    """
+
+    def __init__(self, engine: Engine, record: ResponseRecord, index: int, writer: EventWriter,
+                 head: list[JsonDict], first_index: int, previous: list[JsonDict], items: PhaseItems) -> None:
+        self._engine = engine
+        self._record = record
+        self._index = index
+        self._writer = writer
+        self._head = head
+        self._first_index = first_index
+        self._previous = previous
+        self._items = items
+        self.appended = False
+        self._first_writer = writer
+        self._calls_before = writer.storage_calls  # a kept writer carries earlier phases' calls
+
+    @property
+    def writer(self) -> EventWriter:
+        """The writer this attempt appends with (another one after a lost first append)."""
+        return self._writer
+
+    @property
+    def storage_calls(self) -> int:
+        """This attempt's calls to the event log."""
+        before = self._calls_before if self._writer is self._first_writer else 0
+        return self._writer.storage_calls - before
+
+    async def append(self, events: Sequence[JsonDict]) -> int | None:
+        if not events:
+            return None
+        if self.appended:
+            return await self._writer.append(events)
+        storage = self._engine.storage
+        rid = self._record.response_id
+        batch = list(events)
+        for _ in range(OPEN_ATTEMPTS):
+            try:
+                last = await self._writer.append([*self._head, *batch])
+                self.appended = True
+                return last
+            except LostOwnership:
+                checkpoints = await storage.items.list_output_items(rid)
+                if len(checkpoints) > self._index:
+                    raise _Superseded(checkpoints[self._index:]) from None
+                self._writer = await storage.events.open_writer(rid)
+                self._head, first, _ = await self._engine._head(self._record, self._writer, self._previous)
+                shift = first - self._first_index
+                self._first_index = first
+                self._items.shift(shift)
+                batch = [_shifted(event, shift) for event in batch]
+                await asyncio.sleep(0.01)
+        raise LostOwnership(f"could not claim the event log of {rid} for phase {self._index}")
+
+
+def _shifted(event: JsonDict, by: int) -> JsonDict:
+    index = event.get("output_index")
+    return {**event, "output_index": index + by} if isinstance(index, int) and by else event
+
+
+def _approval_for(doc: JsonDict, phase: int) -> Approval | None:
+    """The approval a resumed turn carries, for the phase that asked (the first one it runs)."""
+    resume = doc.get("resume")
+    if not resume or not resume.get("approve") or phase != int(doc.get("phase_offset", 0)):
+        return None
+    return Approval(str(resume["approval_request_id"]), True, resume.get("reason"))
+
+
+async def _denial(doc: JsonDict) -> AsyncIterator[PhaseOutput]:
+    """The one phase of a turn whose approval request was denied: a short message, no agent code."""
+    resume = doc["resume"]
+    reason = resume.get("reason")
+    yield f"Not approved: {resume.get('name') or 'the next step'} was not run" + (f" ({reason})." if reason else ".")
+
+
+async def log_ended(events: EventLog, response_id: str) -> bool:
+    """True when the event log ends with a terminal event (or there is no log any more)."""
+    try:
+        writer = await events.open_writer(response_id)
+    except NotFound:
+        return True
+    return (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES
 
 
 def _previous_turn(record: ResponseRecord) -> str | None:

@@ -20,11 +20,12 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from resilient.agents.base import PhaseContext
 from resilient.settings import Settings
 from resilient.storage.errors import StorageUnavailable
-from resilient.storage.ports import EventWriter, JsonDict, ResponseStore
+from resilient.storage.ports import JsonDict, ResponseStore
 
 log = logging.getLogger("resilient.engine")
 
@@ -50,6 +51,12 @@ class Tuning:
         return cls(flush_interval_s=settings.append_window_ms / 1000.0)
 
 
+class AppendTarget(Protocol):
+    """Where an appender writes: an event-log writer, or a phase's claim on the log."""
+
+    async def append(self, events: Sequence[JsonDict]) -> object: ...
+
+
 class Appender:
     """Appends one phase's events in the background, as few appends as the window allows.
 
@@ -57,7 +64,7 @@ class Appender:
     (lost ownership, storage down) is raised from the next :meth:`add` or from :meth:`finish`.
     """
 
-    def __init__(self, writer: EventWriter, tuning: Tuning) -> None:
+    def __init__(self, writer: AppendTarget, tuning: Tuning) -> None:
         self._writer = writer
         self._window = max(0.0, tuning.flush_interval_s)
         self._max_events = max(1, tuning.flush_max_events)

@@ -131,7 +131,9 @@ async def test_a_phase_run_elsewhere_meanwhile_is_found_and_not_streamed_again(s
     # here, the kept writer still ends after phase 0: its fenced append fails and storage is read instead
     summary = await here.run_phase(rid, 1)
     assert summary["stop"] is None and summary["index"] == 1
-    assert here_agent.phases_run == [0]  # phase 1 was not streamed a second time
+    # The agent may have started (its first output is what claims the log), but nothing of it was appended:
+    # the log has one stream of phase 1 and no recovery reset (checked below).
+    assert here_agent.phases_run[0] == 0 and set(here_agent.phases_run) <= {0, 1}
     await here.run_phase(rid, 2)
     await here.finalize(rid, {"status": "completed"})
     events = await _events(storage, rid)

@@ -5,8 +5,11 @@ CPU in the storage SDK, so a phase must not append per delta. :class:`Appender` 
 flight and puts everything that arrives meanwhile into the next one. Appends start at least
 ``append_window_s`` apart: that window is the latency/cost knob (an event waits at most the window, plus an
 append already in flight, before it is durable and visible to readers). Under load an append takes longer,
-so more events ride in each: calls per delta go *down* when storage is slow, never up. The phase's last
-events (its closing events) go out at once, with whatever deltas are still waiting.
+so more events ride in each. A busy process also widens the window: with many phases streaming at once
+(``LOAD_PHASES`` per step, up to ``MAX_LOAD_FACTOR`` times the window) the agents slow down too, and a
+fixed window would append more often per delta just when the process can least afford it. So calls per
+delta go *down* under load, never up. The phase's last events (its closing events) go out at once, with
+whatever deltas are still waiting.
 
 Why a background control poller: reading ``status``/``cancel_requested``/``pending_input_count`` inline
 would stall the agent's stream for a storage round trip. :class:`ControlPoller` reads them every
@@ -25,11 +28,15 @@ from typing import Protocol
 from resilient.agents.base import PhaseContext
 from resilient.settings import Settings
 from resilient.storage.errors import StorageUnavailable
+from resilient.storage.feed import COMMITTED, CommittedFeed
 from resilient.storage.ports import JsonDict, ResponseStore
 
 log = logging.getLogger("resilient.engine")
 
 DEFAULT_APPEND_WINDOW_S = 0.2
+# The window is scaled by 1 + (phases streaming in this process) / LOAD_PHASES, at most MAX_LOAD_FACTOR.
+LOAD_PHASES = 16
+MAX_LOAD_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -64,9 +71,10 @@ class Appender:
     (lost ownership, storage down) is raised from the next :meth:`add` or from :meth:`finish`.
     """
 
-    def __init__(self, writer: AppendTarget, tuning: Tuning) -> None:
+    def __init__(self, writer: AppendTarget, tuning: Tuning, *, load: CommittedFeed = COMMITTED) -> None:
         self._writer = writer
         self._window = max(0.0, tuning.flush_interval_s)
+        self._load = load
         self._max_events = max(1, tuning.flush_max_events)
         self._loop = asyncio.get_running_loop()
         self._buffer: list[JsonDict] = []
@@ -94,6 +102,11 @@ class Appender:
             self._task = self._loop.create_task(self._run())
         await self._task
 
+    def window(self) -> float:
+        """The configured window, widened while many phases stream in this process."""
+        factor = min(MAX_LOAD_FACTOR, 1.0 + self._load.phases_streaming() / LOAD_PHASES)
+        return self._window * factor
+
     def cancel(self) -> None:
         """Stop without appending what is waiting (the phase failed)."""
         if self._task is not None and not self._task.done():
@@ -112,7 +125,7 @@ class Appender:
                     return
                 self._wake.clear()
                 await self._wake.wait()
-            due = self._last_start + self._window
+            due = self._last_start + self.window()
             if not self._final and len(self._buffer) < self._max_events and self._loop.time() < due:
                 self._wake.clear()
                 timer = self._loop.call_at(due, self._wake.set)

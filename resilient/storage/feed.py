@@ -182,6 +182,11 @@ class CommittedFeed:
         if seconds <= 0:
             self.publish(response_id, None)
 
+    def phases_streaming(self) -> int:
+        """How many responses have a phase streaming in this process right now (a measure of load)."""
+        with self._lock:
+            return len(self._active_writers)
+
     def writing_here(self, response_id: str) -> bool:
         """A phase of the response streams in this process right now."""
         with self._lock:

@@ -28,7 +28,6 @@ Every loop is bounded (``--runs`` ≤ 1000, per-request ``--timeout``, whole-ben
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
 import itertools
@@ -46,7 +45,6 @@ import string
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -56,14 +54,12 @@ from urllib.parse import urlsplit
 
 import httpx
 import psutil
+from counting_proxy import CountingProxy
 from openai import OpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = {"127.0.0.1", "localhost"}
 MAX_EVENTS_PER_STREAM = 200_000
-# Azurite's well-known development account (public, documented; what UseDevelopmentStorage=true means).
-DEV_ACCOUNT = "devstoreaccount1"
-DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 READY = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
@@ -99,19 +95,30 @@ def listening_pid(url: str) -> int | None:
     return None
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """user+system CPU of ``pid`` and every live descendant (host double: host process + worker child)."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """user+system CPU of ``pid`` itself and of all its live descendants, in seconds.
+
+    For the host double the root is the host process (HTTP proxy + Durable engine) and the descendant is
+    the worker process (the product code); for the reference server the root is the whole server.
+    """
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        children = root.children(recursive=True)
     except psutil.Error:
-        return math.nan
-    total = 0.0
-    for proc in procs:
+        return math.nan, math.nan
+
+    def cpu(proc: psutil.Process) -> float:
         with contextlib.suppress(psutil.Error):
             times = proc.cpu_times()
-            total += times.user + times.system
-    return total
+            return float(times.user + times.system)
+        return 0.0
+
+    return cpu(root), sum(cpu(child) for child in children)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """user+system CPU of ``pid`` and every live descendant (host double: host process + worker child)."""
+    return sum(cpu_split(pid))
 
 
 # ------------------------------------------------------------------------------------------ managed servers
@@ -159,110 +166,6 @@ class ManagedServer:
             self.proc.wait(timeout=5)
 
 
-# --------------------------------------------------------------------------------- storage counting proxy
-class CountingProxy:
-    """Loopback HTTP/1.1 proxy in front of Azurite that counts requests per service/method/operation.
-
-    One listening port per upstream port (blob, queue, table). Requests are framed by Content-Length or
-    chunked encoding (what the Azure SDKs send); responses are piped through untouched.
-    """
-
-    def __init__(self, upstream_ports: dict[str, int]) -> None:
-        self.upstream = upstream_ports
-        self.ports = {service: free_port() for service in upstream_ports}
-        self.counts: collections.Counter[str] = collections.Counter()
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def connection_string(self) -> str:
-        p = self.ports
-        return (
-            f"DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{p['blob']}/{DEV_ACCOUNT};"
-            f"QueueEndpoint=http://127.0.0.1:{p['queue']}/{DEV_ACCOUNT};"
-            f"TableEndpoint=http://127.0.0.1:{p['table']}/{DEV_ACCOUNT}"
-        )
-
-    def snapshot(self) -> collections.Counter[str]:
-        with self._lock:
-            return collections.Counter(self.counts)
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("counting proxy did not start")
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        for service, port in self.ports.items():
-            self._loop.run_until_complete(
-                asyncio.start_server(lambda r, w, s=service: self._serve(s, r, w), "127.0.0.1", port)
-            )
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _serve(self, service: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream[service])
-        except OSError:
-            writer.close()
-            return
-        pipe = asyncio.ensure_future(self._pipe(up_reader, writer))
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                up_writer.write(head)
-                lines = head.decode("latin-1").split("\r\n")
-                method, target = [*lines[0].split(" "), "", ""][:2]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
-                self._count(service, method, target)
-                if headers.get("transfer-encoding", "").lower() == "chunked":
-                    while True:
-                        size_line = await reader.readuntil(b"\r\n")
-                        up_writer.write(size_line)
-                        size = int(size_line.split(b";")[0].strip() or b"0", 16)
-                        up_writer.write(await reader.readexactly(size + 2))
-                        if size == 0:
-                            break
-                else:
-                    length = int(headers.get("content-length", "0") or 0)
-                    if length:
-                        up_writer.write(await reader.readexactly(length))
-                await up_writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        finally:
-            up_writer.close()
-            pipe.cancel()
-            writer.close()
-
-    @staticmethod
-    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-
-    def _count(self, service: str, method: str, target: str) -> None:
-        query = urlsplit(target).query
-        comp = re.search(r"(?:^|&)comp=([^&]+)", query)
-        path = urlsplit(target).path
-        if comp:
-            op = comp.group(1)
-        elif service == "table":
-            op = "$batch" if "$batch" in path else ("entity" if "(" in path else "table")
-        else:
-            op = "-"
-        with self._lock:
-            self.counts[f"{service} {method} {op}"] += 1
-
-
 # --------------------------------------------------------------------------------------------- the runs
 @dataclass
 class RunResult:
@@ -273,6 +176,8 @@ class RunResult:
     events: int = 0
     seq_gaps: int = 0
     cpu_s: float = math.nan
+    cpu_root_s: float = math.nan  # the listening process only (host double: the host)
+    cpu_children_s: float = math.nan  # its descendants (host double: the worker)
     storage_calls: float = math.nan
     reconnect_first_s: float = math.nan
     reconnect_total_s: float = math.nan
@@ -327,7 +232,8 @@ def one_run(target: Target, args: argparse.Namespace) -> RunResult:
         "delta_delay_ms": str(int(args.delay_ms)),
     }
     storage_before = target.storage()
-    cpu_before = tree_cpu_seconds(target.pid) if target.pid else math.nan
+    split_before = cpu_split(target.pid) if target.pid else (math.nan, math.nan)
+    cpu_before = sum(split_before)
     started = time.perf_counter()
     try:
         stream = target.client.responses.create(
@@ -338,7 +244,10 @@ def one_run(target: Target, args: argparse.Namespace) -> RunResult:
         result.total_s = time.perf_counter() - started
         time.sleep(args.settle_ms / 1000.0)
         if target.pid:
-            result.cpu_s = tree_cpu_seconds(target.pid) - cpu_before
+            split_after = cpu_split(target.pid)
+            result.cpu_s = sum(split_after) - cpu_before
+            result.cpu_root_s = split_after[0] - split_before[0]
+            result.cpu_children_s = split_after[1] - split_before[1]
         storage_after = target.storage()
         if storage_before is not None and storage_after is not None:
             delta = storage_after - storage_before
@@ -372,7 +281,10 @@ def one_run(target: Target, args: argparse.Namespace) -> RunResult:
 
 
 def measure_idle(target: Target, seconds: float) -> None:
+    """CPU with no requests, after a 1 s settle (the probe run's last steps, e.g. the lock release, end first).
+    psutil counts in 10 ms ticks: take 5 s or more to resolve a few ms per second."""
     if target.pid:
+        time.sleep(1.0)
         before = tree_cpu_seconds(target.pid)
         time.sleep(seconds)
         target.idle_cpu_ms_per_s = (tree_cpu_seconds(target.pid) - before) * 1000.0 / seconds
@@ -451,7 +363,7 @@ def _vals(target: Target, name: str) -> list[float]:
     return [getattr(r, name) for r in _ok(target) if not math.isnan(getattr(r, name))]
 
 
-def metrics(target: Target, phases: int) -> dict[str, float]:
+def metrics(target: Target, phases: int, words: int) -> dict[str, float]:
     ok = _ok(target)
     ms = 1000.0
     m: dict[str, float] = {}
@@ -467,6 +379,12 @@ def metrics(target: Target, phases: int) -> dict[str, float]:
     events = sum(r.events for r in cpu_runs)
     m["server CPU per event (ms, total/total)"] = sum(r.cpu_s for r in cpu_runs) / events * ms if events else math.nan
     m["server CPU per run p50 (ms)"] = percentile([r.cpu_s for r in cpu_runs], 50) * ms
+    # Product code only: the host double's worker process; the reference server has no such split (its one
+    # process is the product), so its whole-process figure is the comparison point.
+    worker = [r.cpu_children_s if target.name == "ours" else r.cpu_root_s for r in cpu_runs]
+    m["worker CPU per event (ms; ref: whole server)"] = sum(worker) / events * ms if events else math.nan
+    host = sum(r.cpu_root_s for r in cpu_runs) / events * ms if events and target.name == "ours" else math.nan
+    m["host-double host CPU per event (ms)"] = host
     m["reconnect first event p50 (ms)"] = percentile(_vals(target, "reconnect_first_s"), 50) * ms
     m["reconnect first event p95 (ms)"] = percentile(_vals(target, "reconnect_first_s"), 95) * ms
     m["reconnect to completion p50 (ms)"] = percentile(_vals(target, "reconnect_total_s"), 50) * ms
@@ -477,6 +395,9 @@ def metrics(target: Target, phases: int) -> dict[str, float]:
     m["server CPU per replayed event (ms)"] = sum(r.reconnect_cpu_s for r in rc) / revents * ms if revents else math.nan
     storage = _vals(target, "storage_calls")
     m["storage calls per phase (mean)"] = statistics.fmean(storage) / phases if storage else math.nan
+    m["storage calls per delta (mean)"] = statistics.fmean(storage) / (phases * words) if storage else math.nan
+    appends = [float(r.storage_detail.get("blob append", 0)) for r in ok if r.storage_detail]
+    m["blob appends per delta (mean)"] = statistics.fmean(appends) / (phases * words) if appends else math.nan
     rstorage = _vals(target, "reconnect_storage_calls")
     m["storage calls per reconnect (mean)"] = statistics.fmean(rstorage) if rstorage else math.nan
     m["sequence gaps (all runs)"] = float(sum(r.seq_gaps for r in ok))
@@ -487,6 +408,34 @@ def metrics(target: Target, phases: int) -> dict[str, float]:
 
 
 HIGHER_IS_BETTER = {"events/s delivered p50", "events/s delivered p5 (worst)"}
+# The hot-path targets: (metric, bound on ours/reference; for HIGHER_IS_BETTER metrics a lower bound).
+RATIO_TARGETS = (
+    ("whole run p50 (ms)", 2.0),
+    ("server CPU per event (ms, total/total)", 2.5),
+    ("worker CPU per event (ms; ref: whole server)", 1.5),
+    ("reconnect first event p50 (ms)", 3.0),
+    ("events/s delivered p50", 0.5),
+)
+IDLE_CPU_TARGET_MS_PER_S = 3.0
+
+
+def target_check(targets: list[Target], phases: int, words: int) -> list[dict[str, Any]]:
+    """Each target with its measured value and whether it is met (only when both servers were measured)."""
+    by_name = {t.name: metrics(t, phases, words) for t in targets}
+    rows: list[dict[str, Any]] = []
+    if "ours" in by_name and "reference" in by_name:
+        for key, bound in RATIO_TARGETS:
+            ours, ref = by_name["ours"][key], by_name["reference"][key]
+            ratio = ours / ref if ref and not math.isnan(ours) and not math.isnan(ref) else math.nan
+            higher = key in HIGHER_IS_BETTER
+            met = not math.isnan(ratio) and (ratio >= bound if higher else ratio <= bound)
+            rows.append({"metric": f"{key} ours/ref", "value": ratio, "target": f"{'>=' if higher else '<='} {bound}",
+                         "met": met})
+    if "ours" in by_name:
+        idle = by_name["ours"]["idle server CPU (ms per s)"]
+        rows.append({"metric": "ours idle server CPU (ms per s)", "value": idle,
+                     "target": f"<= {IDLE_CPU_TARGET_MS_PER_S}", "met": not math.isnan(idle) and idle <= 3.0})
+    return rows
 NO_RATIO = {
     "runs measured",
     "failed runs",
@@ -506,8 +455,8 @@ def _fmt(value: float) -> str:
     return f"{value:.3f}"
 
 
-def render(targets: list[Target], phases: int) -> str:
-    by_name = {t.name: metrics(t, phases) for t in targets}
+def render(targets: list[Target], phases: int, words: int) -> str:
+    by_name = {t.name: metrics(t, phases, words) for t in targets}
     names = [t.name for t in targets]
     keys = list(next(iter(by_name.values())).keys())
     header = ["metric", *names] + (["ours/ref", "better"] if len(names) == 2 else [])
@@ -549,7 +498,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, s (default 30)")
     p.add_argument("--max-seconds", type=float, default=900.0, help="stop measuring after this long")
     p.add_argument("--settle-ms", type=float, default=20.0, help="wait after the terminal event before CPU")
-    p.add_argument("--idle-seconds", type=float, default=1.0, help="idle CPU window per server (0: skip)")
+    p.add_argument("--idle-seconds", type=float, default=5.0, help="idle CPU window per server (0: skip)")
     p.add_argument("--count-storage", action="store_true", help="count storage calls (see module doc)")
     p.add_argument(
         "--reference-observability",
@@ -663,8 +612,14 @@ def main(argv: list[str] | None = None) -> int:
                 break
 
         print()
-        print(render(targets, args.phases))
+        print(render(targets, args.phases, args.words))
         print()
+        checks = target_check(targets, args.phases, args.words)
+        for check in checks:
+            print(f"target {check['metric']}: {_fmt(check['value'])} (target {check['target']}): "
+                  f"{'met' if check['met'] else 'NOT met'}")
+        if checks:
+            print()
         for target in targets:
             if target.storage_breakdown:
                 runs = max(1, len(_ok(target)))
@@ -682,7 +637,8 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps(
                     {
                         "command": [sys.executable, *sys.argv],
-                        "metrics": {t.name: metrics(t, args.phases) for t in targets},
+                        "metrics": {t.name: metrics(t, args.phases, args.words) for t in targets},
+                        "targets": checks,
                         "runs": {t.name: [asdict(r) for r in t.results] for t in targets},
                         "storage_breakdown": {t.name: dict(t.storage_breakdown) for t in targets},
                         "probes": probes,

@@ -40,6 +40,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
+from counting_proxy import CountingProxy
 from openai import AsyncOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,15 +190,31 @@ async def one_response(index: int, client: AsyncOpenAI, http: httpx.AsyncClient,
         run.response_id = created.id
         kinds = ["openai" if i % 2 == 0 else "httpx" for i in range(args.readers)]
         readers = [run_reader(kind, client, http, created.id, started, args.request_timeout) for kind in kinds]
-        results = await asyncio.gather(poll(http, run, started, args.poll_ms / 1000.0, args.request_timeout),
-                                       *readers, return_exceptions=True)
-        if isinstance(results[0], BaseException):
-            run.problems.append(f"poller: {results[0]!r}"[:300])
-        run.readers = [r for r in results[1:] if isinstance(r, Reader)]
+        if args.poll_ms > 0:
+            results = await asyncio.gather(poll(http, run, started, args.poll_ms / 1000.0, args.request_timeout),
+                                           *readers, return_exceptions=True)
+            if isinstance(results[0], BaseException):
+                run.problems.append(f"poller: {results[0]!r}"[:300])
+            run.readers = [r for r in results[1:] if isinstance(r, Reader)]
+        else:  # no poller: the final status is read by final_check() once the whole load is measured
+            run.readers = [r for r in await asyncio.gather(*readers, return_exceptions=True) if isinstance(r, Reader)]
+            run.completed_s = max((r.done_s for r in run.readers), default=math.nan)
     except Exception as exc:
         run.problems.append(f"{type(exc).__name__}: {exc}"[:300])
-    check(run, args)
     return run
+
+
+async def final_check(http: httpx.AsyncClient, run: Run) -> None:
+    """One GET for a run measured without a poller (outside the measured window)."""
+    if run.response_id is None or run.status is not None:
+        return
+    try:
+        answer = await http.get(f"/responses/{run.response_id}")
+        answer.raise_for_status()
+        body = answer.json()
+        run.status, run.output_items = body["status"], len(body["output"])
+    except Exception as exc:
+        run.problems.append(f"final GET: {type(exc).__name__}: {exc}"[:300])
 
 
 def check(run: Run, args: argparse.Namespace) -> None:
@@ -222,7 +240,66 @@ def check(run: Run, args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- the load
-async def load(base_url: str, args: argparse.Namespace) -> tuple[list[Run], float]:
+def warm_up(base_url: str, timeout_s: float) -> None:
+    """One tiny run before the measured load, so storage is opened and the code paths imported (a cold worker
+    is a different benchmark: the import time, measured on its own)."""
+    body = {"model": "warmup", "input": "warm up", "background": True, "stream": True,
+            "metadata": {"research_phases": "1", "words_per_phase": "1", "delta_delay_ms": "0"}}
+    with (
+        httpx.Client(base_url=base_url, timeout=timeout_s) as http,
+        http.stream("POST", "/responses", json=body) as answer,
+    ):
+        answer.raise_for_status()
+        for _ in answer.iter_lines():
+            pass
+
+
+@dataclass
+class Meter:
+    """What the load costs the server: storage calls (when counted) and CPU of the host double's processes."""
+
+    storage: Any = None  # a CountingProxy, or None
+    host_pid: int | None = None
+    worker_pid: int | None = None
+    storage_calls: dict[str, int] = field(default_factory=dict)
+    host_cpu_s: float = math.nan
+    worker_cpu_s: float = math.nan
+    idle_cpu_ms_per_s: float = math.nan
+    _before: tuple[Any, float, float] | None = None
+
+    def cpu(self) -> tuple[float, float]:
+        def of(pid: int | None) -> float:
+            if pid is None:
+                return math.nan
+            try:
+                times = psutil.Process(pid).cpu_times()
+                return float(times.user + times.system)
+            except psutil.Error:
+                return math.nan
+        return of(self.host_pid), of(self.worker_pid)
+
+    def measure_idle(self, seconds: float) -> None:
+        if seconds <= 0 or self.host_pid is None:
+            return
+        time.sleep(1.0)  # let the warm-up run's last steps (finalize, lock release) finish first
+        before = sum(self.cpu())
+        time.sleep(seconds)
+        self.idle_cpu_ms_per_s = (sum(self.cpu()) - before) * 1000.0 / seconds
+
+    def start(self) -> None:
+        self._before = (self.storage.snapshot() if self.storage else None, *self.cpu())
+
+    def stop(self) -> None:
+        if self._before is None:
+            return
+        storage_before, host_before, worker_before = self._before
+        host, worker = self.cpu()
+        self.host_cpu_s, self.worker_cpu_s = host - host_before, worker - worker_before
+        if self.storage is not None:
+            self.storage_calls = dict(self.storage.snapshot() - storage_before)
+
+
+async def load(base_url: str, args: argparse.Namespace, meter: Meter) -> tuple[list[Run], float]:
     limits = httpx.Limits(max_connections=args.responses * (args.readers + 2) + 10, max_keepalive_connections=100)
     timeout = httpx.Timeout(args.request_timeout, connect=10.0)
     async with (
@@ -234,6 +311,7 @@ async def load(base_url: str, args: argparse.Namespace) -> tuple[list[Run], floa
         gate = asyncio.Event()
         tasks = [asyncio.create_task(one_response(i, client, http, args, gate)) for i in range(args.responses)]
         await asyncio.sleep(0.05)
+        meter.start()
         started = time.perf_counter()
         gate.set()
         try:
@@ -242,10 +320,16 @@ async def load(base_url: str, args: argparse.Namespace) -> tuple[list[Run], floa
             for task in tasks:
                 task.cancel()
             raise SystemExit(f"load did not finish within --max-seconds {args.max_seconds}") from None
-        return list(runs), time.perf_counter() - started
+        wall = time.perf_counter() - started
+        await asyncio.sleep(args.settle_ms / 1000.0)  # the last finalize/release steps of the runs
+        meter.stop()
+        await asyncio.gather(*(final_check(http, run) for run in runs))
+        for run in runs:
+            check(run, args)
+        return list(runs), wall
 
 
-def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: str, meter: Meter) -> dict[str, Any]:
     readers = [r for run in runs for r in run.readers]
     events_delivered = sum(len(r.sequence) for r in readers)
     events_per_response = sorted({len(r.sequence) for r in readers})
@@ -271,7 +355,29 @@ def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: s
         "polls": sum(run.polls for run in runs),
         "responses_with_problems": len(failed),
     }
-    print(f"load: {summary['responses']} background responses x {args.readers} live readers + 1 poller each "
+    deltas = len(runs) * args.phases * args.words  # what the agent yields (one output_text.delta each)
+    events_written = max(events_per_response, default=0) * len(runs)
+    calls = sum(meter.storage_calls.values())
+    summary["server"] = {
+        "idle_cpu_ms_per_s": round(meter.idle_cpu_ms_per_s, 2),
+        "worker_cpu_ms_per_event": round(meter.worker_cpu_s * 1000 / events_written, 3) if events_written else None,
+        "host_cpu_ms_per_event": round(meter.host_cpu_s * 1000 / events_written, 3) if events_written else None,
+        "worker_cpu_s": round(meter.worker_cpu_s, 2),
+        "host_cpu_s": round(meter.host_cpu_s, 2),
+    }
+    if meter.storage is not None:
+        summary["storage"] = {
+            "calls": calls,
+            "deltas": deltas,
+            "calls_per_delta": round(calls / deltas, 3) if deltas else None,
+            "appends_per_delta": round(meter.storage_calls.get("blob append", 0) / deltas, 3) if deltas else None,
+            "control_reads_per_delta": round(meter.storage_calls.get("table read (control columns)", 0) / deltas, 3)
+            if deltas else None,
+            "calls_per_response": round(calls / len(runs), 1) if runs else None,
+            "by_operation": dict(sorted(meter.storage_calls.items(), key=lambda kv: -kv[1])),
+        }
+    poller = "1 poller each" if args.poll_ms > 0 else "no poller (one GET each after the measured window)"
+    print(f"load: {summary['responses']} background responses x {args.readers} live readers + {poller} "
           f"({summary['workload']}) against {base_url}")
     print(f"  wall time            {summary['wall_s']:.2f} s (first POST to last check)")
     print(f"  throughput           {summary['responses_per_s']:.2f} responses/s, "
@@ -282,9 +388,20 @@ def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: s
     print(f"  POST round trip      p50 {summary['post_s']['p50'] * 1000:.0f} ms, "
           f"p95 {summary['post_s']['p95'] * 1000:.0f} ms")
     print(f"  time to completion   p50 {summary['completion_s']['p50']:.2f} s, "
-          f"p95 {summary['completion_s']['p95']:.2f} s, max {summary['completion_s']['max']:.2f} s (poller)")
+          f"p95 {summary['completion_s']['p95']:.2f} s, max {summary['completion_s']['max']:.2f} s "
+          f"({'poller' if args.poll_ms > 0 else 'terminal event at the readers'})")
     print(f"  totals               {events_delivered} events to {len(readers)} readers "
           f"({events_per_response} per response), {summary['polls']} polls")
+    server = summary["server"]
+    print(f"  server CPU           worker {server['worker_cpu_ms_per_event']} ms/event, "
+          f"host {server['host_cpu_ms_per_event']} ms/event (events written: {events_written}); "
+          f"idle before the load {server['idle_cpu_ms_per_s']} ms/s")
+    if "storage" in summary:
+        st = summary["storage"]
+        print(f"  storage calls        {st['calls']} in the measured window: {st['calls_per_delta']} per delta "
+              f"({st['deltas']} deltas), of which blob appends {st['appends_per_delta']} and control reads "
+              f"{st['control_reads_per_delta']} per delta; {st['calls_per_response']} per response")
+        print("    by operation       " + ", ".join(f"{k} {v}" for k, v in st["by_operation"].items()))
     if failed:
         print(f"  FAILED: {len(failed)} responses lost or broke something:")
         for run in failed[:10]:
@@ -321,7 +438,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--phases", type=int, default=3)
     parser.add_argument("--words", type=int, default=24)
     parser.add_argument("--delay-ms", type=int, default=20, help="agent pause between words")
-    parser.add_argument("--poll-ms", type=int, default=250)
+    parser.add_argument("--poll-ms", type=int, default=250,
+                        help="a poller per response (GET every N ms); 0: none, one GET per response after the load")
+    parser.add_argument("--count-storage", action="store_true",
+                        help="count storage calls through a loopback proxy in front of Azurite (spawned double only)")
+    parser.add_argument("--azurite-ports", default="10000,10001,10002", help="blob,queue,table for the proxy")
+    parser.add_argument("--append-window-ms", type=int, help="RESILIENT_APPEND_WINDOW_MS for the spawned double")
+    parser.add_argument("--idle-seconds", type=float, default=3.0, help="idle CPU window before the load (0: skip)")
+    parser.add_argument("--settle-ms", type=float, default=300.0, help="wait after the last reader before metering")
+    parser.add_argument("--warmup", type=int, default=1, choices=(0, 1), help="one tiny run first (default 1)")
     parser.add_argument("--request-timeout", type=float, default=120.0)
     parser.add_argument("--max-seconds", type=float, default=170.0, help="bound for the whole load")
     parser.add_argument("--json", type=Path, help="also write the summary here")
@@ -333,6 +458,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--phases 1..20, --words 1..2000, --delay-ms 0..5000 (the agent's own bounds)")
     if not 0 < args.max_seconds <= 900:
         parser.error("--max-seconds must be in (0, 900]")
+    if args.count_storage and args.url:
+        parser.error("--count-storage needs the double this script starts (not --url)")
     return args
 
 
@@ -340,16 +467,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
     prefix = "l" + secrets.token_hex(4)
+    meter = Meter()
     with contextlib.ExitStack() as stack:
         if args.url:
             base_url = loopback_url(args.url)
         else:
-            env = {"AzureWebJobsStorage": os.environ["AzureWebJobsStorage"], "RESILIENT_STORAGE_PREFIX": prefix,
+            storage = os.environ["AzureWebJobsStorage"]
+            if args.count_storage:
+                blob, queue, table = (int(x) for x in args.azurite_ports.split(","))
+                meter.storage = CountingProxy({"blob": blob, "queue": queue, "table": table})
+                meter.storage.start()
+                stack.callback(meter.storage.stop)
+                storage = meter.storage.connection_string()
+            env = {"AzureWebJobsStorage": storage, "RESILIENT_STORAGE_PREFIX": prefix,
                    "RESILIENT_AGENT_DELTA_DELAY_MS": "0", "RESILIENT_ENABLE_CRASH_ENDPOINT": "false"}
+            if args.append_window_ms is not None:
+                env["RESILIENT_APPEND_WINDOW_MS"] = str(args.append_window_ms)
             double = stack.enter_context(HostDouble(ROOT, env=env, settings=None))
             base_url = double.base_url
-        runs, wall_s = asyncio.run(load(base_url, args))
-        summary = report(runs, wall_s, args, base_url)
+            meter.host_pid = double.proc.pid if double.proc else None
+            meter.worker_pid = int(double.stats()["worker_pid"])
+        if args.warmup:
+            warm_up(base_url, args.request_timeout)
+        meter.measure_idle(args.idle_seconds)
+        runs, wall_s = asyncio.run(load(base_url, args, meter))
+        summary = report(runs, wall_s, args, base_url, meter)
         if not args.url:
             summary["host_double"] = {k: v for k, v in double.stats().items() if isinstance(v, int | float)}
     if args.json:

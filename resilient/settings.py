@@ -34,6 +34,16 @@ def _float(value: str | None, default: float) -> float:
     return float(value)
 
 
+MAX_APPEND_WINDOW_MS = 5000
+
+
+def _append_window_ms(value: str | None) -> int:
+    window = _int(value, 200)
+    if not 0 <= window <= MAX_APPEND_WINDOW_MS:
+        raise ValueError(f"RESILIENT_APPEND_WINDOW_MS must be 0..{MAX_APPEND_WINDOW_MS}")
+    return window
+
+
 @dataclass(frozen=True)
 class Settings:
     # Storage: either a connection string (Azurite / keys) or identity-based service URIs.
@@ -53,6 +63,8 @@ class Settings:
     replay_retention_minutes: int
     # store=false: how long a finished run waits for its client to report it done before it is deleted anyway
     unstored_grace_seconds: int
+    # Hot path: a streaming phase's appends start at least this far apart (latency vs. storage calls).
+    append_window_ms: int
     # Optional model
     azure_openai_endpoint: str | None
     azure_openai_deployment: str | None
@@ -91,6 +103,7 @@ class Settings:
             agent_delta_delay_ms=_int(e.get("RESILIENT_AGENT_DELTA_DELAY_MS"), 40),
             replay_retention_minutes=_int(e.get("RESILIENT_REPLAY_RETENTION_MINUTES"), 7 * 24 * 60),
             unstored_grace_seconds=max(1, _int(e.get("RESILIENT_UNSTORED_GRACE_SECONDS"), 120)),
+            append_window_ms=_append_window_ms(e.get("RESILIENT_APPEND_WINDOW_MS")),
             azure_openai_endpoint=e.get("AZURE_OPENAI_ENDPOINT") or None,
             azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
             azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,

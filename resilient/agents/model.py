@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
-
-import httpx2
-import openai
 
 from resilient.agents.base import AgentError, PermanentAgentError, TransientAgentError, output_text
 from resilient.protocol.items import text_of
@@ -35,6 +32,9 @@ log = logging.getLogger("resilient.agents.model")
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
 
+if TYPE_CHECKING:
+    import openai
+
 
 def is_v1_base_url(endpoint: str) -> bool:
     """True for an OpenAI-style base URL (path ends in ``/v1``), False for an Azure resource endpoint."""
@@ -43,6 +43,8 @@ def is_v1_base_url(endpoint: str) -> bool:
 
 def create_client(settings: Settings) -> Any:
     """The async client for the configured endpoint (see the module docstring)."""
+    import openai  # here, not at module level: ~0.4 s that a cold worker without a model must not pay
+
     endpoint = settings.azure_openai_endpoint or ""
     common: dict[str, Any] = {"timeout": settings.model_timeout_seconds, "max_retries": settings.model_max_retries}
     api_key: Any = settings.azure_openai_api_key
@@ -65,6 +67,9 @@ def agent_error(exc: BaseException) -> AgentError:
     """Classify a model error. Permanent: 4xx except 408/409/429 (bad key, no access, no such deployment,
     a bad request): retrying cannot help. Transient: 408/409/429, 5xx, timeouts and dropped connections;
     the model's ``Retry-After`` (or ``retry-after-ms``) tells how long to wait."""
+    import httpx2
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = f"The model answered {status}: {_message(exc)}"

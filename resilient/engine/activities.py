@@ -35,9 +35,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from resilient.agents.base import (
     Agent,
@@ -50,6 +51,7 @@ from resilient.agents.base import (
     TransientAgentError,
 )
 from resilient.engine import recovery
+from resilient.engine.batching import Appender, ControlPoller, Tuning
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
@@ -57,7 +59,7 @@ from resilient.protocol.items import ItemStatus, text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound, PreconditionFailed
-from resilient.storage.factory import Storage
+from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -67,6 +69,9 @@ from resilient.storage.ports import (
     JsonDict,
     ResponseRecord,
 )
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.engine")
 
@@ -84,49 +89,23 @@ NON_BACKGROUND_CRASH_MESSAGE = (
     "use background=true for crash-resilient runs."
 )
 DEFAULT_RETRY_AFTER_SECONDS = 2.0
+REMEMBERED_RUNS = 1024
+# After an activity of a run ends here, its next one usually starts here within a Durable hop: readers in
+# this process wait for it on the in-process feed (polling storage at the idle pace) for this long.
+NEXT_ACTIVITY_EXPECTED_S = 5.0
 
 
-@dataclass(frozen=True)
-class Tuning:
-    """Knobs of the hot path. Batching bounds storage calls per delta; the control interval bounds how
-    stale ``pending_input_count``/``cancelled`` may be (and how many Table reads a phase makes)."""
+@dataclass
+class _RunMemo:
+    """What this process learnt about a run while driving it, so that the run's next activity here does
+    not read it back: the row (its document is fixed once planned; its ETag may go stale, which only costs
+    a lost CAS), the agent request (input items and chain history never change), and the checkpoints this
+    process wrote. Trusted only together with the run's kept log writer, whose fenced append proves that
+    no other process advanced the run meanwhile."""
 
-    flush_interval_s: float = 0.05
-    flush_max_events: int = 64
-    control_interval_s: float = 0.2
-
-
-class _Appender(Protocol):
-    async def append(self, events: Sequence[JsonDict]) -> object: ...
-
-
-class _Batcher:
-    """Buffers events and appends them in as few blocks as possible (one storage call per flush)."""
-
-    def __init__(self, writer: _Appender, tuning: Tuning) -> None:
-        self._writer = writer
-        self._tuning = tuning
-        self._buffer: list[JsonDict] = []
-        self._oldest = 0.0
-
-    def add(self, event: JsonDict) -> None:
-        if not self._buffer:
-            self._oldest = time.monotonic()
-        self._buffer.append(event)
-
-    def due_in(self) -> float | None:
-        """Seconds until the buffer must be flushed (None when empty)."""
-        if not self._buffer:
-            return None
-        return max(0.0, self._oldest + self._tuning.flush_interval_s - time.monotonic())
-
-    def full(self) -> bool:
-        return len(self._buffer) >= self._tuning.flush_max_events
-
-    async def flush(self) -> None:
-        if self._buffer:
-            batch, self._buffer = self._buffer, []
-            await self._writer.append(batch)
+    record: ResponseRecord
+    request: AgentRequest
+    checkpoints: list[JsonDict]
 
 
 class Engine:
@@ -136,39 +115,92 @@ class Engine:
         self.storage = storage
         self.agent = agent
         self.settings = settings
-        self.tuning = tuning or Tuning()
+        self.tuning = tuning or Tuning.from_settings(settings)
+        self._runs: OrderedDict[str, _RunMemo] = OrderedDict()
+
+    def _remember(self, memo: _RunMemo) -> None:
+        rid = memo.record.response_id
+        self._runs[rid] = memo
+        self._runs.move_to_end(rid)
+        while len(self._runs) > REMEMBERED_RUNS:
+            self._runs.popitem(last=False)
+
+    def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
+        """The HTTP layer created this response in this process: its plan activity, if it runs here too, need
+        not read the row and the input items back (a stale row only loses its CAS). Only for a turn without
+        earlier turns and without a resumed plan, whose agent request is then complete."""
+        if _previous_turn(record) is not None or record.doc.get("resume"):
+            return
+        self._remember(_RunMemo(record, self._request_from(record, list(input_items), []), []))
+
+    async def _append_at_end(
+        self, response_id: str, decide: Callable[[JsonDict | None], list[JsonDict]]
+    ) -> EventWriter:
+        """Append ``decide(last event)`` at the end of the log and return the writer.
+
+        Tries the writer kept from this run's previous activity in this process first (no storage read;
+        its append is fenced, so a stale one fails without appending), then freshly opened ones. When
+        ``decide`` returns nothing no append confirms the writer, so it may only do that for a condition
+        that stays true once true (e.g. "the terminal event is already there").
+        """
+        events = self.storage.events
+        writer = events.take_writer(response_id)
+        for _ in range(OPEN_ATTEMPTS):
+            if writer is None:
+                writer = await events.open_writer(response_id)
+            batch = decide(writer.last_event)
+            if not batch:
+                return writer
+            try:
+                await writer.append(batch)
+                return writer
+            except LostOwnership:
+                writer = None  # somebody appended since this writer's last append: look again
+        raise LostOwnership(f"could not append to the event log of {response_id}")
 
     # ------------------------------------------------------------------ plan
     async def plan(self, response_id: str) -> JsonDict:
         """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
         responses = self.storage.responses
-        record = await responses.get(response_id)
+        memo = self._runs.pop(response_id, None)
+        # The row carries the cancel flag too. A remembered one (the create in this process) may be stale:
+        # then its CAS below loses, and the row the transition returns has the flag.
+        record = memo.record if memo is not None else await responses.get(response_id)
         if record.status in TERMINAL_STATUSES:
             return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
-        control = await responses.get_control(response_id)
-        if control.cancel_requested:
+        if record.cancel_requested:
             await self.settle_cancel(response_id)
             return {"stop": "cancelled"}
+        request = memo.request if memo is not None else None
         changes: JsonDict = {key: record.doc[key] for key in ("plan", "phase_offset", "agent_metadata")
                              if key in record.doc}
         if "plan" not in changes:
             changes = await self._resumed_plan(record) if record.doc.get("resume") else {}
         if "plan" not in changes:
-            phases = list(await self.agent.plan(await self._agent_request(record)))
+            request = request or await self._agent_request(record)
+            phases = list(await self.agent.plan(request))
             if not 1 <= len(phases) <= MAX_PHASES:
                 raise ValueError(f"an agent plan must have 1..{MAX_PHASES} phases, got {len(phases)}")
             changes = {"plan": [p.to_json() for p in phases], "phase_offset": 0}
         plan = changes["plan"][int(changes.get("phase_offset", 0)):]
         try:
             record = await responses.transition(
-                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes=changes
+                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes=changes, current=record
             )
         except InvalidTransition:
             return {"stop": "cancelled"}
-        writer = await self.storage.events.open_writer(response_id)
-        last = writer.last_event or {}
-        if last.get("type") in ("response.created", "response.queued"):
-            await writer.append([ev.response_in_progress(response_object(record, []))])
+        if record.cancel_requested:  # raised between the create and this CAS
+            await self.settle_cancel(response_id)
+            return {"stop": "cancelled"}
+        in_progress = [ev.response_in_progress(response_object(record, []))]
+
+        def opening(last: JsonDict | None) -> list[JsonDict]:
+            return in_progress if (last or {}).get("type") in ("response.created", "response.queued") else []
+
+        self.storage.events.keep_writer(await self._append_at_end(response_id, opening))
+        if request is not None and not record.doc.get("agent_metadata"):
+            self._remember(_RunMemo(record, request, []))
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
 
@@ -189,9 +221,12 @@ class Engine:
     async def mark_queued(self, response_id: str) -> JsonDict:
         """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
         record = await self.storage.responses.get(response_id)
-        writer = await self.storage.events.open_writer(response_id)
-        if (writer.last_event or {}).get("type") == "response.created":
-            await writer.append([ev.response_queued(response_object(record, []))])
+        queued = [ev.response_queued(response_object(record, []))]
+
+        def after_created(last: JsonDict | None) -> list[JsonDict]:
+            return queued if (last or {}).get("type") == "response.created" else []
+
+        self.storage.events.keep_writer(await self._append_at_end(response_id, after_created))
         return {"queued": True}
 
     # ------------------------------------------------------------- run_phase
@@ -207,29 +242,43 @@ class Engine:
         """
         limit = self.settings.phase_deadline_seconds
         deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
-        summary = await self._run_phase(response_id, index, deadline)
+        try:
+            summary = await self._run_phase(response_id, index, deadline)
+        except BaseException:
+            COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
+            raise
         if summary.get("stop") == "cancelled":
             await self.settle_cancel(response_id)
         return summary
 
     async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
         storage = self.storage
-        record = await storage.responses.get(response_id)  # carries the control columns too
-        control = Control(record.status, record.cancel_requested, record.pending_input_count)
+        remembered = self._as_remembered(response_id, index)
+        if remembered is not None:
+            # This process drove the run up to here: one control read; the claim's fenced append below
+            # proves nothing happened meanwhile (else it re-reads storage, as a re-delivery does).
+            memo, writer = remembered
+            record, checkpoints, request = memo.record, memo.checkpoints, memo.request
+            control = await storage.responses.get_control(response_id)
+        else:
+            record = await storage.responses.get(response_id)  # carries the control columns too
+            control = Control(record.status, record.cancel_requested, record.pending_input_count)
+            checkpoints = await storage.items.list_output_items(response_id)
+            writer = None
+            request = None
         plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
         offset = int(record.doc.get("phase_offset", 0))
         if not 0 <= offset + index < len(plan):
             raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
 
-        checkpoints = await storage.items.list_output_items(response_id)
         if len(checkpoints) > index:  # a re-delivery of a finished phase: return it, stream nothing
             return self._summary(index, checkpoints[index:], control.cancel_requested, control.pending_input_count)
-        if record.status in TERMINAL_STATUSES or control.cancel_requested:
+        if control.status in TERMINAL_STATUSES or control.cancel_requested:
             return {"index": index, "stop": "cancelled"}
         if control.pending_input_count > 0:
             return {"index": index, "stop": "steered"}
         previous = checkpoints[:index]
-        writer = await storage.events.open_writer(response_id)
+        writer = writer or await storage.events.open_writer(response_id)
         head, first_index, crashed = await self._head(record, writer, previous)
         if crashed and not record.doc.get("background", False):
             log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
@@ -238,7 +287,7 @@ class Engine:
         if head:
             log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
 
-        request = await self._agent_request(record)
+        request = request or await self._agent_request(record)
         context = PhaseContext(
             request=request,
             plan=plan,
@@ -253,28 +302,36 @@ class Engine:
         claim = _Claim(self, record, index, writer, head, first_index, previous, items)
         denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
         source = _denial(record.doc) if denied else self.agent.run_phase(context)
-        try:
-            stopped, failure, overtime = await self._stream(response_id, claim, context, items, source, deadline)
-        except _Superseded as done:
-            return self._summary(index, done.items, context.cancelled, context.pending_input_count)
-        except Exception as exc:
-            log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
-                        extra={"response_id": response_id, "phase": index})
-            raise
-        if failure is not None:
-            return await self._failed_attempt(response_id, index, record, claim, items, failure)
+        with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
+            try:
+                stopped, failure, overtime, appender = await self._stream(
+                    response_id, claim, context, items, source, deadline)
+            except _Superseded as done:
+                return self._summary(index, done.items, context.cancelled, context.pending_input_count)
+            except Exception as exc:
+                log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
+                            extra={"response_id": response_id, "phase": index})
+                raise
+            if failure is not None:
+                return await self._failed_attempt(response_id, index, record, claim, items, failure, appender)
 
-        status: ItemStatus = "incomplete" if stopped or overtime else "completed"
-        try:
-            closing = items.close(status, ensure_item=True)
-        except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
-            return await self._failed_attempt(response_id, index, record, claim, items, exc)
-        await claim.append(closing)
+            status: ItemStatus = "incomplete" if stopped or overtime else "completed"
+            try:
+                closing = items.close(status, ensure_item=True)
+            except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
+                return await self._failed_attempt(response_id, index, record, claim, items, exc, appender)
+            if claim.appended:
+                await appender.finish(closing)  # with the deltas still waiting: one append
+            else:
+                await claim.append(closing)  # the agent said nothing: the closing events claim the log
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
         await self._record_phase(record, offset + index, items)
         if len(items.items) == 1:
             await storage.items.put_output_item(response_id, index, items.items[0])
         else:
             await storage.items.put_output_items(response_id, index, items.items)
+        storage.events.keep_writer(claim.writer)
+        self._remember(_RunMemo(record, request, [*previous, *items.items]))
         log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
                                       "chars": sum(len(text_of(i)) for i in items.items),
                                       "storage_calls": claim.storage_calls})
@@ -284,6 +341,17 @@ class Engine:
             return {"index": index, "stop": "failed", "error": {
                 "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
         return self._summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped)
+
+    def _as_remembered(self, response_id: str, index: int) -> tuple[_RunMemo, EventWriter] | None:
+        """What this process remembers of the run and its kept writer, when they agree that the log ends
+        where phase ``index`` starts; else None (storage is read, as for any other delivery)."""
+        memo = self._runs.pop(response_id, None)
+        writer = self.storage.events.take_writer(response_id)
+        if memo is None or writer is None or len(memo.checkpoints) != index:
+            return None
+        if not recovery.boundary(writer.last_event, memo.checkpoints):
+            return None
+        return memo, writer
 
     async def _head(
         self, record: ResponseRecord, writer: EventWriter, previous: list[JsonDict]
@@ -300,7 +368,7 @@ class Engine:
 
     async def _failed_attempt(
         self, response_id: str, index: int, record: ResponseRecord, claim: _Claim, items: PhaseItems,
-        failure: Exception,
+        failure: Exception, appender: Appender,
     ) -> JsonDict:
         """An agent error: close what was streamed (``incomplete``), then answer the orchestrator.
 
@@ -313,7 +381,7 @@ class Engine:
         message = str(failure)[:1000] or type(failure).__name__
         code = getattr(failure, "code", None) or "server_error"
         if claim.appended:
-            await claim.append(items.close("incomplete", ensure_item=False))
+            await appender.finish(items.close("incomplete", ensure_item=False))
         error = {"code": code, "message": message}
         if isinstance(failure, TransientAgentError) and record.doc.get("background", False):
             retry_after = failure.retry_after if failure.retry_after is not None else DEFAULT_RETRY_AFTER_SECONDS
@@ -367,71 +435,68 @@ class Engine:
         return {"index": index, "stop": stop, "chars": sum(len(text_of(i)) for i in items)}
 
     async def _stream(
-        self, response_id: str, writer: _Claim, context: PhaseContext, items: PhaseItems,
+        self, response_id: str, claim: _Claim, context: PhaseContext, items: PhaseItems,
         source: AsyncIterator[PhaseOutput], deadline: float | None = None,
-    ) -> tuple[bool, Exception | None, bool]:
-        """Pump the agent's outputs into the log: batched appends, live control flags, prompt flushes.
+    ) -> tuple[bool, Exception | None, bool, Appender]:
+        """Pump the agent's outputs into the log: the first output claims the log at once, the rest go
+        through group-committed appends (:mod:`resilient.engine.batching`); the control flags are
+        refreshed in the background.
 
-        Returns (stopped early, the agent's error if it failed, ran past ``deadline``). The first output is
-        appended at once: it claims the log for this attempt.
+        Returns (stopped early, the agent's error if it failed, ran past ``deadline``, the appender with the
+        events still waiting: the caller finishes it with the phase's closing events).
         """
-        batcher = _Batcher(writer, self.tuning)
-        next_control = time.monotonic() + self.tuning.control_interval_s
+        appender = Appender(claim, self.tuning)
+        control = ControlPoller(self.storage.responses, response_id, context, self.tuning.control_interval_s)
         outputs = aiter(source)
         pending: asyncio.Future[PhaseOutput] | None = None
         stopped = overtime = False
         failure: Exception | None = None
+        control.start()
         try:
             while True:
                 if context.should_stop:
                     stopped = True
                     break
                 pending = asyncio.ensure_future(anext(outputs))
-                while not pending.done():
-                    wait = batcher.due_in()
-                    if deadline is not None:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            overtime = True
-                            break
-                        wait = left if wait is None else min(wait, left)
-                    await asyncio.wait({pending}, timeout=wait)
-                    if not pending.done():
-                        await batcher.flush()  # the agent is slow: do not sit on buffered deltas
-                if overtime:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left > 0:
+                    await asyncio.wait({pending}, timeout=left)
+                elif left is None:
+                    await asyncio.wait({pending})
+                if not pending.done():
+                    overtime = True
                     break
                 try:
                     output = pending.result()
                 except StopAsyncIteration:
                     pending = None
+                    stopped = context.should_stop  # the agent saw the flags first and ended the phase early
                     break
                 except (AgentError, AgentOutputError) as exc:
                     pending, failure = None, exc
                     break
                 pending = None
+                control.raise_if_failed()
                 try:
                     events = items.feed(output)
                 except AgentOutputError as exc:
                     failure = exc
                     break
-                for event in events:
-                    batcher.add(event)
-                if not writer.appended and events:
-                    await batcher.flush()  # the first output claims the log at once
+                if events and not claim.appended:
+                    await claim.append(events)  # the first output claims the log at once
+                else:
+                    for event in events:
+                        appender.add(event)
                 if items.paused:
                     break  # an approval request ends the phase: nothing after it runs
-                if batcher.full() or batcher.due_in() == 0.0:
-                    await batcher.flush()
-                if time.monotonic() >= next_control:
-                    next_control = time.monotonic() + self.tuning.control_interval_s
-                    control = await self.storage.responses.get_control(response_id)
-                    context.cancelled = control.cancel_requested or control.status == "cancelled"
-                    context.pending_input_count = control.pending_input_count
                 if deadline is not None and time.monotonic() >= deadline:
                     overtime = True
                     break
-            await batcher.flush()
+        except BaseException:
+            appender.cancel()
+            raise
         finally:
+            await control.stop()
             if pending is not None:
                 # Let a cancelled ``anext`` settle (bounded: an agent may swallow the cancellation), so the
                 # generator is no longer running when it is closed; retrieve its outcome (no "exception was
@@ -446,30 +511,31 @@ class Engine:
                     await closer()  # runs the agent's finally blocks: a model stream is closed here
                 except Exception:  # an agent's cleanup error must not lose the phase
                     log.exception("agent generator close failed")
-        return stopped, failure, overtime
+        return stopped, failure, overtime, appender
 
     # -------------------------------------------------------------- finalize
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent)."""
         storage = self.storage
         output = await storage.items.list_output_items(response_id)
+        memo = self._runs.pop(response_id, None)
         try:
             record = await self._conclude(response_id, output, str(outcome.get("status", "completed")),
-                                          outcome.get("error"))
+                                          outcome.get("error"), current=memo.record if memo is not None else None)
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
             await self._leave_index(response_id)
             return {"status": "gone"}
-        terminal = _terminal_event(record, output)
-        ended = False
-        for _ in range(5):
-            try:
-                writer = await storage.events.open_writer(response_id)
-                if (writer.last_event or {}).get("type") not in ev.TERMINAL_EVENT_TYPES:
-                    await writer.append([terminal])
-                ended = True
-                break
-            except LostOwnership:
-                continue  # a zombie phase appended meanwhile; re-read the end and try again
+        terminal = [_terminal_event(record, output)]
+
+        def unless_ended(last: JsonDict | None) -> list[JsonDict]:
+            return [] if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES else terminal
+
+        try:
+            await self._append_at_end(response_id, unless_ended)  # a zombie phase may append meanwhile
+            ended = True
+        except LostOwnership:
+            ended = False
+        COMMITTED.expect(response_id, 0)
         if ended:
             await self._leave_index(response_id)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
@@ -507,14 +573,15 @@ class Engine:
                                           "items": len(output)})
 
     async def _conclude(self, response_id: str, output: Sequence[JsonDict], wanted: str,
-                        error: JsonDict | None) -> ResponseRecord:
+                        error: JsonDict | None, *, current: ResponseRecord | None = None) -> ResponseRecord:
         """The one terminal transition (ETag CAS from an active status; a terminal status already set
         stays). A raised cancel flag turns any outcome into ``cancelled``: the flag is set by a CAS that
         only succeeds on an active row, so either it landed first and the cancel wins here, or this
         transition landed first and the cancel is refused (R5)."""
         responses = self.storage.responses
+        known = current  # a row this process read or wrote earlier: a stale one only loses its CAS
         for _ in range(_CONCLUDE_ATTEMPTS):
-            record = await responses.get(response_id)
+            record, known = (known, None) if known is not None else (await responses.get(response_id), None)
             if record.status not in ACTIVE_STATUSES:
                 return record  # a cancel (or an earlier finalize) won
             status = "cancelled" if record.cancel_requested else wanted
@@ -547,6 +614,10 @@ class Engine:
     async def _agent_request(self, record: ResponseRecord) -> AgentRequest:
         items = await self._all_input_items(record.response_id)
         history = await self._history(record)
+        return self._request_from(record, items, history)
+
+    @staticmethod
+    def _request_from(record: ResponseRecord, items: list[JsonDict], history: list[JsonDict]) -> AgentRequest:
         return AgentRequest(
             response_id=record.response_id,
             model=str(record.doc.get("model") or ""),
@@ -617,10 +688,19 @@ class _Claim:
         self._previous = previous
         self._items = items
         self.appended = False
+        self._first_writer = writer
+        self._calls_before = writer.storage_calls  # a kept writer carries earlier phases' calls
+
+    @property
+    def writer(self) -> EventWriter:
+        """The writer this attempt appends with (another one after a lost first append)."""
+        return self._writer
 
     @property
     def storage_calls(self) -> int:
-        return self._writer.storage_calls
+        """This attempt's calls to the event log."""
+        before = self._calls_before if self._writer is self._first_writer else 0
+        return self._writer.storage_calls - before
 
     async def append(self, events: Sequence[JsonDict]) -> int | None:
         if not events:

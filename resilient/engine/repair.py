@@ -53,13 +53,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine.activities import log_ended
 from resilient.engine.orchestrator import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY
 from resilient.storage.errors import NotFound, PreconditionFailed
-from resilient.storage.factory import Storage
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.repair")
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from resilient.storage.factory import Storage
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
+
 
 log = logging.getLogger("resilient.retention")
 

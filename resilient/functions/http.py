@@ -25,7 +25,7 @@ log = logging.getLogger("resilient.http")
 async def _service(client: df.DurableOrchestrationClient) -> ResponsesService:
     engine = await runtime.engine()
     return ResponsesService(engine.storage, ClientRuntime(client), engine.settings,
-                            repairer=repairer(client, engine))
+                            repairer=repairer(client, engine), on_created=engine.remember_created)
 
 
 def _to_response(result: HttpResult) -> Response:

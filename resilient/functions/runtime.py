@@ -2,19 +2,23 @@
 
 Why lazy: the Functions worker imports ``function_app.py`` during indexing, before any app setting may
 be usable, and indexing must not touch storage. The first activity or request opens storage once per
-worker process and event loop.
+worker process and event loop, and only then imports the storage SDKs (about a third of a second that a
+cold instance would otherwise spend before it can even be indexed).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from resilient import logs
 from resilient.agents.base import Agent
 from resilient.engine.activities import Engine
 from resilient.settings import Settings
-from resilient.storage.factory import Storage, open_storage
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 AgentFactory = Callable[[Settings], Agent]
 
@@ -45,6 +49,8 @@ async def engine() -> Engine:
         if found is None:
             if _agent_factory is None:
                 raise RuntimeError("resilient.functions.runtime.configure(agent_factory) was not called")
+            from resilient.storage.factory import open_storage  # the storage SDKs load with the first call
+
             settings = Settings.from_env()
             found = Engine(await open_storage(settings), _agent_factory(settings), settings)
             _engines[key] = found

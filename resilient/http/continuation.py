@@ -9,12 +9,14 @@ on; the answer decides how the paused plan continues (``resume`` in the new turn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resilient.protocol import errors
 from resilient.protocol.request import CreateResponseRequest
 from resilient.storage.errors import NotFound
-from resilient.storage.factory import Storage
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 MAX_TURNS_SEARCHED = 50
 

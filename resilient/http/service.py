@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import unstored
@@ -50,8 +50,10 @@ from resilient.protocol.params import parse_bool, parse_int
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
-from resilient.storage.factory import Storage
-from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
+from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ReadResult, ResponseRecord
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.http")
 
@@ -98,15 +100,19 @@ STREAM_LIMIT_NOTE = b": stream time limit reached; reconnect with starting_after
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
 
 
+CreatedHook = Callable[[ResponseRecord, list[dict[str, Any]]], None]
+
+
 class ResponsesService:
     cancel_settle_seconds: float = CANCEL_SETTLE_SECONDS  # how long a cancel waits for the run to stop
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
-                 repairer: Repairer | None = None) -> None:
+                 repairer: Repairer | None = None, on_created: CreatedHook | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
+        self._on_created = on_created  # the engine of this process remembers what it need not read back
 
     # ---------------------------------------------------------------- create
     async def create(self, body: bytes) -> HttpResult:
@@ -154,7 +160,7 @@ class ResponsesService:
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
-        _, record, _, _ = await asyncio.gather(
+        _, record, writer, _ = await asyncio.gather(
             self.storage.items.put_input_items(response_id, items),
             self.storage.responses.create(response_id, "queued", doc),
             self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
@@ -163,6 +169,10 @@ class ResponsesService:
         run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
         if not request.store:  # in the row too: a repaired execution must still delete itself at its end
             run_input[orch.FORGET_AFTER_KEY] = doc[orch.FORGET_AFTER_KEY]
+        self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
+        created = writer.last_committed  # a stream of this create starts from it, not from a storage read
+        if self._on_created is not None:
+            self._on_created(record, items)
         try:
             await self.runtime.start(response_id, run_input)
         except Exception:
@@ -173,11 +183,11 @@ class ResponsesService:
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:
-            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1)),
+            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1, created)),
                               headers=dict(SSE_HEADERS))
         if request.background:
             return HttpResult(200, response_object(record, []))
-        return HttpResult(200, await self._wait_for_terminal(record))
+        return HttpResult(200, await self._wait_for_terminal(record, created))
 
     async def _resolve_chain(self, request: CreateResponseRequest) -> tuple[str | None, str | None]:
         """A chain is named by ``conversation`` or by following ``previous_response_id`` to its root."""
@@ -275,7 +285,7 @@ class ResponsesService:
         except Exception:
             log.exception("could not mark an unstarted response failed", extra={"response_id": response_id})
 
-    async def _wait_for_terminal(self, record: ResponseRecord) -> dict[str, Any]:
+    async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
         answer with the response as it is before the host's functionTimeout would restart the worker.
 
@@ -287,7 +297,7 @@ class ResponsesService:
             try:
                 async with asyncio.timeout(limit):
                     async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None,
-                                               finished=self._finished_probe(record.response_id)):
+                                               finished=self._finished_probe(record.response_id), start=created):
                         pass
             except TimeoutError:
                 log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
@@ -299,13 +309,14 @@ class ResponsesService:
             if not record.doc.get("store", True):
                 self._client_done(record.response_id, delivered)
 
-    async def _stream_then_forget(self, record: ResponseRecord, starting_after: int) -> AsyncIterator[bytes]:
+    async def _stream_then_forget(self, record: ResponseRecord, starting_after: int,
+                                  start: CommittedBlock | None) -> AsyncIterator[bytes]:
         """The live stream of ``POST /responses``. For ``store=false`` the end of this generator, however
         it ends (terminal event sent, client gone, time limit, worker shutting down), lets the run forget."""
         delivered = False
         try:
             async for frame in tail_events(self.storage.events, record.response_id, starting_after,
-                                           finished=self._finished_probe(record.response_id)):
+                                           finished=self._finished_probe(record.response_id), start=start):
                 yield frame
             delivered = True
         finally:
@@ -332,20 +343,41 @@ class ResponsesService:
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
         stream = _optional_bool(query, "stream")
         _optional_bool(query, "include_obfuscation")  # accepted and ignored, but only as a boolean
+        if not stream:
+            starting_after = _starting_after(query, headers)
+            record = await self._stored(response_id)
+            if record.status in ACTIVE_STATUSES:
+                await self._nudge(response_id)
+            return HttpResult(200, await self._response(response_id, record))
+        # A reconnect: read the log while the row is checked (one round trip instead of two before the first
+        # event). Nothing read is sent unless the checks pass; they fail in the same order as ever.
         starting_after = _starting_after(query, headers)
-        record = await self._stored(response_id)
-        if stream:
+        first_read = self._early_read(response_id, starting_after)
+        try:
+            record = await self._stored(response_id)
             if not record.doc.get("background", False):
                 raise errors.conflict(
                     errors.CODE_BACKGROUND_REQUIRED,
                     "Streaming a stored response is only possible for responses created with background=true.",
                     param="stream")
-            return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
-                                                                    finished=self._finished_probe(response_id))),
-                              headers=dict(SSE_HEADERS))
-        if record.status in ACTIVE_STATUSES:
-            await self._nudge(response_id)
-        return HttpResult(200, await self._response(response_id, record))
+        except BaseException:
+            if first_read is not None:
+                first_read.cancel()
+            raise
+        return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
+                                                                finished=self._finished_probe(response_id),
+                                                                first_read=first_read)),
+                          headers=dict(SSE_HEADERS))
+
+    def _early_read(self, response_id: str, starting_after: int) -> asyncio.Future[ReadResult] | None:
+        """Start reading the log for a well-formed reconnect (no storage call for a malformed id)."""
+        try:
+            validate_id(response_id, prefix=RESPONSE_PREFIX)
+        except InvalidId:
+            return None
+        task = asyncio.ensure_future(self.storage.events.read_after(response_id, starting_after))
+        task.add_done_callback(_consume_outcome)  # an unused read's failure is not an unhandled error
+        return task
 
     async def _nudge(self, response_id: str) -> None:
         """The client reads a run that is not over: let the repair path check that its orchestration still
@@ -564,6 +596,11 @@ class ResponsesService:
             "last_id": data[-1]["id"] if data else None,
             "has_more": page.has_more,
         })
+
+
+def _consume_outcome(task: asyncio.Future[ReadResult]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _safe(value: str) -> bool:

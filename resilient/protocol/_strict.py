@@ -4,7 +4,11 @@ The ``openai`` models accept unknown keys silently (``extra="allow"``) and coerc
 misspelt field (``output_idx``) or a stringly number would validate and then surprise some client.
 "Strict" here therefore means: the value validates in pydantic strict mode (no coercion), and no key
 lands in a model's extras except the few the real API sends that the client's types do not declare
-(listed in ``KNOWN_UNTYPED``).
+(listed by ``known_untyped``).
+
+Why the ``openai`` types are imported inside the functions: they take about half a second to import, and
+the service only validates with them in tests; a cold worker must not pay for them before its first
+request.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from openai.types.responses import Response
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-# (model class, key): keys the OpenAI API sends but the installed types do not declare.
-KNOWN_UNTYPED: frozenset[tuple[type[BaseModel], str]] = frozenset({(Response, "store")})
+
+@functools.cache
+def known_untyped() -> frozenset[tuple[type[BaseModel], str]]:
+    """(model class, key): keys the OpenAI API sends but the installed types do not declare."""
+    from openai.types.responses import Response
+
+    return frozenset({(Response, "store")})
 
 
 @functools.cache
@@ -30,7 +38,7 @@ def unexpected_fields(value: object, path: str = "") -> list[str]:
     found: list[str] = []
     if isinstance(value, BaseModel):
         for key in value.model_extra or {}:
-            if (type(value), key) not in KNOWN_UNTYPED:
+            if (type(value), key) not in known_untyped():
                 found.append(f"{path}.{key}" if path else key)
         for name in type(value).model_fields:
             found.extend(unexpected_fields(getattr(value, name), f"{path}.{name}" if path else name))

@@ -17,10 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 import typing
-from typing import Any
-
-from openai.types.responses import ResponseStreamEvent
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from resilient.protocol._strict import strict_validate
 from resilient.protocol.items import ItemStatus, output_message, output_text_part, text_of
@@ -214,9 +211,15 @@ def phase_closing_events(
     ]
 
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+
 @functools.cache
 def event_classes() -> dict[str, type[BaseModel]]:
     """``type`` literal → client event class, read from the ``ResponseStreamEvent`` union itself."""
+    from openai.types.responses import ResponseStreamEvent
+
     union = typing.get_args(ResponseStreamEvent)[0]
     classes: dict[str, type[BaseModel]] = {}
     for cls in typing.get_args(union):
@@ -236,6 +239,8 @@ def validate_event(event: dict[str, Any]) -> None:
     expected = event_classes().get(event_type) if isinstance(event_type, str) else None
     if expected is None:
         raise ValueError(f"unknown event type {event_type!r}")
+    from openai.types.responses import ResponseStreamEvent
+
     strict_validate(expected, event, what=f"event {event_type}")
     resolved = strict_validate(ResponseStreamEvent, event, what=f"event {event_type}")
     if type(resolved) is not expected:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from openai.types.responses import EasyInputMessageParam, ResponseItem, ResponseOutputItem
-
 from resilient.protocol._strict import strict_validate
 
 ItemStatus = Literal["completed", "in_progress", "incomplete"]
@@ -144,14 +142,20 @@ def item_for_history(item: dict[str, Any]) -> dict[str, Any]:
 
 def validate_output_item(item: dict[str, Any]) -> None:
     """Raise ValueError unless ``item`` is a strict ``ResponseOutputItem`` (response ``output``)."""
+    from openai.types.responses import ResponseOutputItem
+
     strict_validate(ResponseOutputItem, item, what="output item")
 
 
 def validate_stored_item(item: dict[str, Any]) -> None:
     """Raise ValueError unless ``item`` is a strict ``ResponseItem`` (the input-items listing)."""
+    from openai.types.responses import ResponseItem
+
     strict_validate(ResponseItem, item, what="item")
 
 
 def validate_history_item(item: dict[str, Any]) -> None:
     """Raise ValueError unless ``item`` is a valid ``EasyInputMessageParam`` for a model call."""
+    from openai.types.responses import EasyInputMessageParam
+
     strict_validate(EasyInputMessageParam, item, what="history item")

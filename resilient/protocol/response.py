@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from openai.types.responses import Response
-
 from resilient.protocol._strict import strict_validate
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled", "incomplete"]
@@ -107,4 +105,6 @@ def estimate_tokens(text: str) -> int:
 
 def validate_response(response: dict[str, Any]) -> None:
     """Raise ValueError unless ``response`` is a strict ``openai.types.responses.Response``."""
+    from openai.types.responses import Response
+
     strict_validate(Response, response, what="response")

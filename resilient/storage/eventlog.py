@@ -11,6 +11,7 @@ per poll. See :mod:`.logformat` for the layout and :mod:`.eventwriter` for the f
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import suppress
 
@@ -29,7 +30,6 @@ from resilient.storage.logformat import (
     first_event_seq,
     first_frame_start,
     index_blob,
-    index_record,
     log_prefix,
     parse_index,
     scan_frames,
@@ -37,9 +37,20 @@ from resilient.storage.logformat import (
     segment_blob,
     segment_number,
 )
-from resilient.storage.ports import JsonDict, ReadCursor, ReadResult, StoredEvent
+from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult, StoredEvent
 
 BLOB_CLIENT_CACHE = 512
+# Events are rarely smaller than this: a read that starts after more events than fit the tail window at
+# this size goes to the tail straight away instead of trying the head of the log first.
+SMALL_EVENT_BYTES = 256
+
+
+def _total_size(content_range: str | None, fallback: int) -> int:
+    """The blob size from a ranged download's ``Content-Range`` (``bytes 0-99/1234`` → 1234)."""
+    total = (content_range or "").rpartition("/")[2]
+    return int(total) if total.isdigit() else fallback
+
+KEPT_WRITERS = 1024
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 _OPEN_ATTEMPTS = 3
@@ -62,6 +73,20 @@ class BlobEventLog:
         self._tail_window = max(1024, tail_window)
         self.storage_calls = 0  # every round trip made by this object (not by the writers it returns)
         self._blob_clients: dict[str, BlobClient] = {}
+        self._kept: OrderedDict[str, BlobEventWriter] = OrderedDict()
+
+    # -- writers kept between the activities of a run (see EventLog.take_writer) -----------------------
+    def take_writer(self, response_id: str) -> BlobEventWriter | None:
+        writer = self._kept.pop(response_id, None)
+        return None if writer is None or writer.dead else writer
+
+    def keep_writer(self, writer: EventWriter) -> None:
+        if not isinstance(writer, BlobEventWriter) or writer.dead:
+            return
+        self._kept[writer.response_id] = writer
+        self._kept.move_to_end(writer.response_id)
+        while len(self._kept) > KEPT_WRITERS:
+            self._kept.popitem(last=False)
 
     # -- writing ------------------------------------------------------------------------------------
     @translate_errors
@@ -74,36 +99,21 @@ class BlobEventLog:
             await self._container.get_blob_client(segment_blob(rid, 0)).create_append_blob(if_none_match="*")
         except ResourceExistsError as error:
             raise AlreadyExists(f"event log {rid!r} exists") from error
-        # Overwrite: an index left over from an interrupted delete must not point into this log.
-        await self._new_index(rid, overwrite=True)
-        writer.add_calls(3)
+        # No index yet: the writer creates it with its first hint (most logs never need one; a reader
+        # without an index reads from the start). A stale index cannot exist here: delete removes the
+        # index before any segment, so a missing segment 0 means a missing index.
+        writer.add_calls(1)
         await writer.append(first_events)
         return writer
-
-    async def _new_index(self, rid: str, *, overwrite: bool) -> None:
-        """Create the index with its first, always-true record (event 0 at segment 0, offset 0)."""
-        blob = self._container.get_blob_client(index_blob(rid))
-        self.storage_calls += 1
-        try:
-            if overwrite:
-                await blob.create_append_blob()
-            else:
-                await blob.create_append_blob(if_none_match="*")
-        except ResourceExistsError:
-            return
-        self.storage_calls += 1
-        await blob.append_block(index_record(0, 0, 0))
 
     @translate_errors
     async def open_writer(self, response_id: str) -> BlobEventWriter:
         rid = validate_id(response_id, param="response_id")
         before = self.storage_calls
         for _ in range(_OPEN_ATTEMPTS):
-            sizes, has_index = await self._list(rid)
+            sizes = await self._list(rid)
             if not sizes:
                 raise NotFound(f"event log {rid!r} not found")
-            if not has_index:
-                await self._new_index(rid, overwrite=False)
             last = max(sizes)
             tail, block_count = await self._tail(rid, last, sizes[last])
             next_seq, last_event = await self._last_event(rid, sizes, last, tail)
@@ -127,18 +137,15 @@ class BlobEventLog:
     def _writer(self, rid: str, position: WriterPosition, calls: int) -> BlobEventWriter:
         return BlobEventWriter(self._container, rid, position, self._limits, storage_calls=calls)
 
-    async def _list(self, rid: str) -> tuple[dict[int, int], bool]:
-        """Segment sizes by number, and whether the index exists (one listing call)."""
+    async def _list(self, rid: str) -> dict[int, int]:
+        """Segment sizes by number (one listing call)."""
         sizes: dict[int, int] = {}
-        has_index = False
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):
             number = segment_number(blob.name, rid)
             if number is not None:
                 sizes[number] = int(blob.size or 0)
-            elif blob.name == index_blob(rid):
-                has_index = True
-        return sizes, has_index
+        return sizes
 
     async def _tail(self, rid: str, segment: int, size: int) -> tuple[Tail, int]:
         """The last frames of a segment and its committed block count (usually one ranged read)."""
@@ -176,11 +183,13 @@ class BlobEventLog:
     # -- reading ------------------------------------------------------------------------------------
     @translate_errors
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
-        """Tail first, index second.
+        """Head (for a read near the start), then tail, then index.
 
+        0. A read that starts within the first few hundred events tries the head of segment 0 first:
+           one call answers it when the log fits the tail window (most logs), one more reads the tail.
         1. List the log (sizes) and range-read the last ``tail_window`` bytes of the last segment: a
-           reconnect near the end (the common case) is answered in these two calls, whatever the
-           log's length. 2. Otherwise download the offset index, start at the best hint and follow
+           reconnect near the end of a long log is answered in these two calls, whatever the log's
+           length. 2. Otherwise download the offset index, start at the best hint and follow
            next-segment markers. Why not the index first: on Azurite a download costs per block, and
            the index gains one block per hint, so reading it whole on every reconnect grows with the
            log; the tail window does not.
@@ -189,7 +198,11 @@ class BlobEventLog:
         if not isinstance(starting_after, int) or isinstance(starting_after, bool):
             raise ValueError("starting_after must be an int")
         after = max(-1, starting_after)
-        sizes, _ = await self._list(rid)
+        if after < self._tail_window // SMALL_EVENT_BYTES:  # the head of the log probably covers it
+            found = await self._read_single_segment(rid, after)
+            if found is not None:
+                return found
+        sizes = await self._list(rid)
         if not sizes:
             raise NotFound(f"event log {rid!r} not found")
         found = await self._read_from_tail(rid, sizes, after)
@@ -197,6 +210,41 @@ class BlobEventLog:
             return found
         entry = best_entry(await self._read_index(rid), after)
         return await self._read_from(rid, entry.segment, entry.offset, after, missing_ok=False)
+
+    async def _read_single_segment(self, rid: str, after: int) -> ReadResult | None:
+        """The common log, one segment: read its first ``tail_window`` bytes (one call, which also tells
+        the segment's size); a log that fits is answered from them, a longer one from one more ranged read
+        of its tail. None (use the listing) when segment 0 is missing, ends with a next-segment marker, or
+        its tail window starts after ``after`` + 1."""
+        blob = self._blob(segment_blob(rid, 0))
+        self.storage_calls += 1
+        try:
+            downloader = await blob.download_blob(offset=0, length=self._tail_window)
+            head = await downloader.readall()
+        except ResourceNotFoundError:
+            return None
+        except HttpResponseError as error:
+            if error.status_code == 416:  # an empty segment: the log is being created
+                return ReadResult(cursor=ReadCursor(0, 0, after))
+            raise
+        size = _total_size(downloader.properties.content_range, len(head))
+        if size <= len(head):
+            scan = scan_frames(head, after)
+            if scan.next_segment is not None:
+                return None
+            return ReadResult(scan.events, ReadCursor(0, scan.consumed, scan.last_seq))
+        start = size - self._tail_window
+        data = await self._range(rid, 0, start)
+        if data is None:
+            return None
+        frames_at = first_frame_start(data, False)
+        first_seq = None if frames_at is None else first_event_seq(data[frames_at:])
+        if frames_at is None or first_seq is None or first_seq > after + 1:
+            return None
+        scan = scan_frames(data[frames_at:], after)
+        if scan.next_segment is not None:
+            return None
+        return ReadResult(scan.events, ReadCursor(0, start + frames_at + scan.consumed, scan.last_seq))
 
     async def _read_from_tail(self, rid: str, sizes: dict[int, int], after: int) -> ReadResult | None:
         """Answer from the last segment's tail window, or None when the window starts too late."""
@@ -287,6 +335,7 @@ class BlobEventLog:
     @translate_errors
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
+        self._kept.pop(rid, None)
         names: list[str] = []
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):

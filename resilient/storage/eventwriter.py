@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 
 from azure.core.exceptions import (
@@ -30,9 +31,9 @@ from azure.storage.blob.aio import BlobClient, ContainerClient
 from resilient.protocol.sse import encode_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
+from resilient.storage.feed import COMMITTED
 from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
-from resilient.storage.ports import JsonDict
-from resilient.storage.signals import APPENDS
+from resilient.storage.ports import CommittedBlock, JsonDict, ReadCursor, StoredEvent
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,11 @@ class _Block:
     data: bytes
     first_seq: int
     last_event: JsonDict
+    events: tuple[StoredEvent, ...]
+
+
+def _block(events: list[StoredEvent], first_seq: int, last_event: JsonDict) -> _Block:
+    return _Block(b"".join(e.frame for e in events), first_seq, last_event, tuple(events))
 
 
 class BlobEventWriter:
@@ -91,6 +97,11 @@ class BlobEventWriter:
         self._blocks_since_index = 0
         self._dead = False
         self._segment_client: BlobClient | None = None
+        self._last_committed: CommittedBlock | None = None
+
+    @property
+    def response_id(self) -> str:
+        return self._rid
 
     @property
     def next_sequence_number(self) -> int:
@@ -103,6 +114,10 @@ class BlobEventWriter:
     @property
     def storage_calls(self) -> int:
         return self._calls
+
+    @property
+    def last_committed(self) -> CommittedBlock | None:
+        return self._last_committed
 
     @property
     def segment(self) -> int:
@@ -139,16 +154,18 @@ class BlobEventWriter:
             self._pos.next_seq = int(block.last_event["sequence_number"]) + 1
             self._pos.last_event = block.last_event
             self._blocks_since_index += 1
+            # Committed: readers in this process may have it now, without reading it back from storage.
+            cursor = ReadCursor(self._pos.segment, self._pos.offset, self._pos.next_seq - 1)
+            self._last_committed = CommittedBlock(block.events, cursor)
+            COMMITTED.publish(self._rid, self._last_committed)
             if self._blocks_since_index >= self._limits.index_every:
                 await self._add_index_record(block.first_seq, self._pos.segment, offset)
-        if blocks:
-            APPENDS.publish(self._rid)  # wake co-located readers now rather than at their next poll
         return self._pos.next_seq - 1
 
     def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:
         """Stamp and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
         blocks: list[_Block] = []
-        current: list[bytes] = []
+        current: list[StoredEvent] = []
         size = 0
         first_seq = seq = self._pos.next_seq
         stamped: JsonDict = {}
@@ -161,14 +178,14 @@ class BlobEventWriter:
                     f"event {seq} frame is {len(frame)} bytes, over the {self._limits.max_block_bytes} limit"
                 )
             if current and size + len(frame) > self._limits.max_block_bytes:
-                blocks.append(_Block(b"".join(current), first_seq, previous))
+                blocks.append(_block(current, first_seq, previous))
                 current, size, first_seq = [], 0, seq
-            current.append(frame)
+            current.append(StoredEvent(seq, str(stamped["type"]), frame))
             size += len(frame)
             previous = stamped
             seq += 1
         if current:
-            blocks.append(_Block(b"".join(current), first_seq, stamped))
+            blocks.append(_block(current, first_seq, stamped))
         return blocks
 
     def _segment_blob(self) -> BlobClient:
@@ -230,12 +247,19 @@ class BlobEventWriter:
         await self._add_index_record(self._pos.next_seq, next_segment, 0)
 
     async def _add_index_record(self, first_seq: int, segment: int, offset: int) -> None:
-        """Append an index hint. Best effort: a missing hint only makes some read longer."""
+        """Append an index hint, creating the index with the first one. Best effort: a missing hint only
+        makes some read longer."""
         self._blocks_since_index = 0
-        self._calls += 1
+        index = self._container.get_blob_client(index_blob(self._rid))
+        record = index_record(first_seq, segment, offset)
         try:
-            await self._container.get_blob_client(index_blob(self._rid)).append_block(
-                index_record(first_seq, segment, offset)
-            )
+            try:
+                self._calls += 1
+                await index.append_block(record)
+            except ResourceNotFoundError:
+                self._calls += 2
+                with suppress(ResourceExistsError):  # another writer of this log created it meanwhile
+                    await index.create_append_blob(if_none_match="*")
+                await index.append_block(record)
         except (HttpResponseError, ServiceRequestError, ServiceResponseError) as error:
             log.warning("event log %s: index record for seq %d not written: %s", self._rid, first_seq, error)

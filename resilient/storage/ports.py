@@ -78,11 +78,13 @@ class ResponseStore(Protocol):
         allowed_from: frozenset[str],
         doc_changes: JsonDict | None = None,
         cancel_requested: bool | None = None,
+        current: ResponseRecord | None = None,
     ) -> ResponseRecord:
         """Read, check ``status in allowed_from``, CAS; retry on PreconditionFailed.
 
         Raise InvalidTransition(current) when the current status is not allowed. Exactly one of two
-        racing terminal transitions wins because both CAS from the same non-terminal ETag.
+        racing terminal transitions wins because both CAS from the same non-terminal ETag. ``current``
+        (a row the caller read or wrote earlier) saves the first read: a stale one just loses its CAS.
         """
         ...
 
@@ -169,6 +171,22 @@ class ReadCursor:
     last_sequence_number: int
 
 
+@dataclass(frozen=True)
+class CommittedBlock:
+    """Events that one append committed (contiguous sequence numbers) and the log position after them."""
+
+    events: tuple[StoredEvent, ...]
+    cursor: ReadCursor
+
+    @property
+    def first_sequence_number(self) -> int:
+        return self.events[0].sequence_number if self.events else self.cursor.last_sequence_number + 1
+
+    @property
+    def size(self) -> int:
+        return sum(len(event.frame) for event in self.events)
+
+
 @dataclass
 class ReadResult:
     events: list[StoredEvent] = field(default_factory=list)
@@ -177,6 +195,9 @@ class ReadResult:
 
 class EventWriter(Protocol):
     """A fenced writer positioned at the end of one response's log."""
+
+    @property
+    def response_id(self) -> str: ...
 
     @property
     def next_sequence_number(self) -> int: ...
@@ -189,6 +210,12 @@ class EventWriter(Protocol):
     @property
     def storage_calls(self) -> int:
         """Storage round trips made by this writer (for benchmarks)."""
+        ...
+
+    @property
+    def last_committed(self) -> CommittedBlock | None:
+        """The block of this writer's last append (None before its first): what a reader that starts
+        right here can begin with instead of reading it back from storage."""
         ...
 
     async def append(self, events: Sequence[JsonDict]) -> int:
@@ -207,6 +234,20 @@ class EventLog(Protocol):
 
     async def open_writer(self, response_id: str) -> EventWriter:
         """Position a writer at the current end of the log (raise NotFound if there is no log)."""
+        ...
+
+    def take_writer(self, response_id: str) -> EventWriter | None:
+        """The writer last given to :meth:`keep_writer` for this log, handed out once; else None.
+
+        It is positioned after its own last append, which is the end of the log unless somebody else
+        appended since. Its next append proves that nobody did, or fails with LostOwnership (appending
+        nothing). So whatever a caller decides from its ``last_event`` is confirmed by that append; a
+        decision that appends nothing must come from :meth:`open_writer` instead. No storage call.
+        """
+        ...
+
+    def keep_writer(self, writer: EventWriter) -> None:
+        """Keep a live writer for the next activity of the same run in this process (bounded, LRU)."""
         ...
 
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:

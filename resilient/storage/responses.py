@@ -144,10 +144,12 @@ class TableResponseStore:
         allowed_from: frozenset[str],
         doc_changes: JsonDict | None = None,
         cancel_requested: bool | None = None,
+        current: ResponseRecord | None = None,
     ) -> ResponseRecord:
         rid = validate_id(response_id, param="response_id")
+        known = current if current is not None and current.response_id == rid else None
         for _ in range(_MAX_CAS_ATTEMPTS):
-            record = await self.get(rid)
+            record, known = (known, None) if known is not None else (await self.get(rid), None)
             if record.status not in allowed_from:
                 raise InvalidTransition(record.status, to_status)
             try:

@@ -265,21 +265,47 @@ async def test_non_background_crash_is_failed_not_rerun(storage: Storage, settin
     assert (await storage.responses.get(rid)).status == "failed"
 
 
+class StallingAgent(ResearchAgent):
+    """The research agent, except that its first run stalls after ``after`` deltas until ``resume`` is set:
+    a zombie (a worker presumed dead, e.g. paused or cut off) that wakes up after its work was re-delivered."""
+
+    def __init__(self, settings: Settings, after: int) -> None:
+        super().__init__(settings)
+        self.after = after
+        self.stalled = asyncio.Event()
+        self.resume = asyncio.Event()
+
+    async def run_phase(self, context: PhaseContext) -> AsyncIterator[str]:
+        n = 0
+        async for delta in super().run_phase(context):
+            if n == self.after and not self.stalled.is_set():
+                self.stalled.set()
+                await self.resume.wait()
+            n += 1
+            yield delta
+
+
 async def test_zombie_writer_is_fenced_off(storage: Storage, settings: Settings) -> None:
-    """A re-delivered phase and its still-running original: the original's next append is refused."""
-    engine = Engine(storage, ResearchAgent(settings), settings, Tuning(flush_interval_s=0.0, flush_max_events=1))
-    rid = await _create(storage, settings, phases=1, words=40, delay_ms=60)
+    """A re-delivered phase and its original, which wakes up after the re-delivery took over: the original's
+    next append is refused. (The original stalls instead of streaming on: a re-delivery only wins the end of
+    the log when no append lands between its look and its claim, which a timed race cannot promise on a
+    loaded machine; a stalled zombie is also the case fencing exists for.)"""
+    stalling = StallingAgent(settings, after=5)
+    engine = Engine(storage, stalling, settings, Tuning(flush_interval_s=0.0, flush_max_events=1))
+    rid = await _create(storage, settings, phases=1, words=40, delay_ms=0)
     await engine.plan(rid)
     zombie = asyncio.create_task(engine.run_phase(rid, 0))
-    await asyncio.sleep(0.25)  # the original has appended some deltas
+    await asyncio.wait_for(stalling.stalled.wait(), 30)  # the original appended its opening and some deltas
     fresh = Engine(storage, ResearchAgent(settings), settings)
-    summary = await fresh.run_phase(rid, 0)  # the re-delivery, concurrently with the zombie
+    summary = await fresh.run_phase(rid, 0)  # the re-delivery takes over the end of the log and streams
+    stalling.resume.set()
     with pytest.raises(LostOwnership):
         await zombie
     assert summary["stop"] is None
     await fresh.finalize(rid, {"status": "completed"})
     events = await _events(storage, rid)
     _assert_contiguous_and_valid(events)
+    assert [e["type"] for e in events].count("response.in_progress") == 2  # the re-delivery was a recovery
     assert len(events[-1]["response"]["output"]) == 1
     assert [text_of(o.to_dict()) for o in helper_final(events).output] == _texts(events)
     assert [i["text"] for i in rebuild_items(events)] == _texts(events)

@@ -169,20 +169,37 @@ async def test_read_after_positions_and_tailing(storage: Storage, rid: str) -> N
 async def test_storage_call_counts(storage: Storage, rid: str) -> None:
     log = event_log(storage, index_every=16)
     writer = await log.create(rid, [created()])
-    assert writer.storage_calls == 4  # create segment, create index + first record, append
+    assert writer.storage_calls == 2  # create segment, append (the index comes with the first hint)
     for _ in range(32):
         await writer.append([delta()] * 32)
-    assert writer.storage_calls == 4 + 32 + 2  # one block per append, a hint every 16 blocks
+    # one block per append; a hint every 16 blocks, the first one creating the index (404, create, append)
+    assert writer.storage_calls == 2 + 32 + 3 + 1
     before = log.storage_calls
     result = await log.read_after(rid, writer.next_sequence_number - 101)
     assert len(result.events) == 100
-    assert log.storage_calls - before == 2  # index + one ranged read
+    assert log.storage_calls - before == 2  # deep in the log: list + one ranged read of the tail
     before = log.storage_calls
     opened = await log.open_writer(rid)
     assert log.storage_calls - before == 2 == opened.storage_calls  # list + tail read
     before = log.storage_calls
     await log.read_more(rid, result.cursor)
     assert log.storage_calls - before == 1
+
+
+async def test_a_log_that_fits_the_tail_window_is_read_in_one_call(storage: Storage, rid: str) -> None:
+    log = event_log(storage)
+    writer = await log.create(rid, [created()])
+    for _ in range(20):
+        await writer.append([delta()] * 5)
+    for after in (101, -1, 0, 50, 100):
+        before = log.storage_calls
+        result = await log.read_after(rid, after)
+        assert log.storage_calls - before == 1
+        assert_contiguous(result, after + 1, 100)
+    more = await log.read_more(rid, result.cursor)  # the cursor of a one-call read resumes exactly
+    assert more.events == []
+    await writer.append([delta()])
+    assert [e.sequence_number for e in (await log.read_more(rid, result.cursor)).events] == [101]
 
 
 async def test_packing_and_oversized_frames(storage: Storage, rid: str) -> None:

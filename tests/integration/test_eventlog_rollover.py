@@ -46,10 +46,10 @@ async def test_rollover_across_segments(storage: Storage, rid: str) -> None:
         ).readall()
     )
     assert {entry.segment for entry in index} == {0, 1, 2, 3, 4}
-    # Tail reads start in the last segment.
+    # Tail reads start in the last segment: segment 0 ends with a marker, so list, then read its tail.
     before = log.storage_calls
     tail = await log.read_after(rid, last - 2)
-    assert log.storage_calls - before == 2 and tail.cursor.segment == 4
+    assert log.storage_calls - before == 3 and tail.cursor.segment == 4
 
     reopened = await log.open_writer(rid)
     assert reopened.next_sequence_number == last + 1
@@ -115,14 +115,19 @@ async def test_open_writer_when_new_segment_is_empty(storage: Storage, rid: str)
     assert_contiguous(await log.read_after(rid, 4), 5, 5)
 
 
-async def test_missing_index_is_repaired_and_reads_fall_back(storage: Storage, rid: str) -> None:
+async def test_missing_index_reads_fall_back_and_the_next_hint_recreates_it(storage: Storage, rid: str) -> None:
     log = small_log(storage)
     writer = await log.create(rid, [created()])
-    await writer.append([delta()] * 3)
+    await writer.append([delta()] * 3)  # second block: the first hint, which creates the index
     container = storage.clients.container(storage.clients.events_container_name)
     await container.delete_blob(f"{rid}/index")
     assert_contiguous(await log.read_after(rid, 2), 3, 3)  # no hints: read from the start
     reopened = await log.open_writer(rid)
     await reopened.append([delta()])
-    assert_contiguous(await log.read_after(rid, -1), 0, 4)
-    assert (await (await container.download_blob(f"{rid}/index")).readall()).startswith(b"000000000000 000000 ")
+    await reopened.append([delta()])  # the reopened writer's second block: a hint, and a new index
+    assert_contiguous(await log.read_after(rid, -1), 0, 5)
+    entries = parse_index(await (await container.download_blob(f"{rid}/index")).readall())
+    assert [e.first_seq for e in entries] == [5]
+    at = await (await container.download_blob(segment_blob(rid, entries[0].segment),
+                                              offset=entries[0].offset)).readall()
+    assert at.startswith(b"event: response.output_text.delta\nid: 5\n")

@@ -103,6 +103,11 @@ class HoldableEvents:
         await asyncio.sleep(self.hold.pop(response_id, 0.0))
         return await self._inner.open_writer(response_id)
 
+    def take_writer(self, response_id: str) -> Any:
+        if response_id in self.hold:
+            return None  # no kept writer: the engine opens one, and that is held
+        return self._inner.take_writer(response_id)
+
 
 # ------------------------------------------------------------------------------------------------ fixtures
 @dataclass

@@ -1,0 +1,181 @@
+"""The hot path of a streaming phase: group-committed appends and a live view of the control flags.
+
+Why group commit: every append is a billed storage transaction and costs the worker about a millisecond of
+CPU in the storage SDK, so a phase must not append per delta. :class:`Appender` keeps at most one append in
+flight and puts everything that arrives meanwhile into the next one. Appends start at least
+``append_window_s`` apart: that window is the latency/cost knob (an event waits at most the window, plus an
+append already in flight, before it is durable and visible to readers). Under load an append takes longer,
+so more events ride in each. A busy process also widens the window: with many phases streaming at once
+(``LOAD_PHASES`` per step, up to ``MAX_LOAD_FACTOR`` times the window) the agents slow down too, and a
+fixed window would append more often per delta just when the process can least afford it. So calls per
+delta go *down* under load, never up. The phase's last events (its closing events) go out at once, with
+whatever deltas are still waiting.
+
+Why a background control poller: reading ``status``/``cancel_requested``/``pending_input_count`` inline
+would stall the agent's stream for a storage round trip. :class:`ControlPoller` reads them every
+``control_interval_s`` (one read in flight at most) and updates the phase context the agent checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from resilient.agents.base import PhaseContext
+from resilient.settings import Settings
+from resilient.storage.errors import StorageUnavailable
+from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.ports import JsonDict, ResponseStore
+
+log = logging.getLogger("resilient.engine")
+
+DEFAULT_APPEND_WINDOW_S = 0.2
+# The window is scaled by 1 + (phases streaming in this process) / LOAD_PHASES, at most MAX_LOAD_FACTOR.
+LOAD_PHASES = 16
+MAX_LOAD_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Knobs of the hot path.
+
+    ``flush_interval_s``: the append window (see the module doc; app setting ``RESILIENT_APPEND_WINDOW_MS``).
+    ``flush_max_events``: this many waiting events go out without waiting for the window (bounds memory
+    and block size for agents that emit in bursts). ``control_interval_s``: how stale the control flags
+    may be, i.e. the cancel/steer latency of a running phase (and how many Table reads it makes).
+    """
+
+    flush_interval_s: float = DEFAULT_APPEND_WINDOW_S
+    flush_max_events: int = 512
+    control_interval_s: float = 0.2
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Tuning:
+        return cls(flush_interval_s=settings.append_window_ms / 1000.0)
+
+
+class AppendTarget(Protocol):
+    """Where an appender writes: an event-log writer, or a phase's claim on the log."""
+
+    async def append(self, events: Sequence[JsonDict]) -> object: ...
+
+
+class Appender:
+    """Appends one phase's events in the background, as few appends as the window allows.
+
+    Use from one task: :meth:`add` per event, then :meth:`finish` with the closing events. A failed append
+    (lost ownership, storage down) is raised from the next :meth:`add` or from :meth:`finish`.
+    """
+
+    def __init__(self, writer: AppendTarget, tuning: Tuning, *, load: CommittedFeed = COMMITTED) -> None:
+        self._writer = writer
+        self._window = max(0.0, tuning.flush_interval_s)
+        self._load = load
+        self._max_events = max(1, tuning.flush_max_events)
+        self._loop = asyncio.get_running_loop()
+        self._buffer: list[JsonDict] = []
+        self._final = False
+        self._wake = asyncio.Event()
+        self._last_start = self._loop.time()  # the phase's opening append just went out
+        self._task: asyncio.Task[None] | None = None
+        self.appends = 0
+
+    def add(self, event: JsonDict) -> None:
+        self._raise_if_failed()
+        self._buffer.append(event)
+        if self._task is None:
+            self._task = self._loop.create_task(self._run())
+        if len(self._buffer) == 1 or len(self._buffer) >= self._max_events:
+            self._wake.set()
+
+    async def finish(self, closing: Sequence[JsonDict]) -> None:
+        """Append what is still waiting plus ``closing`` at once (after an append in flight), and stop."""
+        self._raise_if_failed()
+        self._buffer.extend(closing)
+        self._final = True
+        self._wake.set()
+        if self._task is None:
+            self._task = self._loop.create_task(self._run())
+        await self._task
+
+    def window(self) -> float:
+        """The configured window, widened while many phases stream in this process."""
+        factor = min(MAX_LOAD_FACTOR, 1.0 + self._load.phases_streaming() / LOAD_PHASES)
+        return self._window * factor
+
+    def cancel(self) -> None:
+        """Stop without appending what is waiting (the phase failed)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _raise_if_failed(self) -> None:
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            error = self._task.exception()
+            if error is not None:
+                raise error
+
+    async def _run(self) -> None:
+        while True:
+            while not self._buffer:
+                if self._final:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+            due = self._last_start + self.window()
+            if not self._final and len(self._buffer) < self._max_events and self._loop.time() < due:
+                self._wake.clear()
+                timer = self._loop.call_at(due, self._wake.set)
+                try:
+                    while not self._final and len(self._buffer) < self._max_events and self._loop.time() < due:
+                        await self._wake.wait()
+                        self._wake.clear()
+                finally:
+                    timer.cancel()
+            batch, self._buffer = self._buffer, []
+            self._last_start = self._loop.time()
+            self.appends += 1
+            await self._writer.append(batch)
+
+
+class ControlPoller:
+    """Refreshes ``context.cancelled`` and ``context.pending_input_count`` from storage in the background."""
+
+    def __init__(self, responses: ResponseStore, response_id: str, context: PhaseContext, interval_s: float) -> None:
+        self._responses = responses
+        self._rid = response_id
+        self._context = context
+        self._interval = max(0.001, interval_s)
+        self._task: asyncio.Task[None] | None = None
+        self.reads = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def raise_if_failed(self) -> None:
+        """A control read that failed for good (the row is gone, an unexpected error) fails the phase."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            error = self._task.exception()
+            if error is not None:
+                raise error
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            self.reads += 1
+            try:
+                control = await self._responses.get_control(self._rid)
+            except StorageUnavailable:
+                log.warning("control read failed; retrying", extra={"response_id": self._rid})
+                continue  # an outage also stops the appends; the flags are only as stale as storage
+            self._context.cancelled = control.cancel_requested or control.status == "cancelled"
+            self._context.pending_input_count = control.pending_input_count

@@ -1,0 +1,152 @@
+"""Readers in the writer's process: committed blocks come through the in-process feed, storage stays the truth.
+
+Every test reads with its own ``BlobEventLog`` object, so ``reader_log.storage_calls`` counts the reader's
+storage round trips only; the writer appends through ``storage.events`` (which publishes to the global feed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from resilient.http.streaming import tail_events
+from resilient.protocol.sse import parse_frame
+from resilient.storage.eventlog import BlobEventLog
+from resilient.storage.factory import Storage
+from resilient.storage.feed import COMMITTED, CommittedBlock, CommittedFeed
+from resilient.storage.ports import EventWriter, ReadCursor, StoredEvent
+
+pytestmark = pytest.mark.azurite
+
+APPENDS = 30
+
+
+def delta(n: int) -> dict[str, object]:
+    return {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+            "delta": f"w{n} ", "logprobs": []}
+
+
+def completed() -> dict[str, object]:
+    return {"type": "response.completed", "response": {"id": "resp_x", "status": "completed"}}
+
+
+def created() -> dict[str, object]:
+    return {"type": "response.created", "response": {"id": "resp_x", "status": "queued"}}
+
+
+def reader_log(storage: Storage) -> BlobEventLog:
+    return BlobEventLog(storage.clients.container(storage.clients.events_container_name))
+
+
+def sequence_numbers(chunks: list[bytes]) -> list[int]:
+    frames = b"".join(chunks).split(b"\n\n")[:-1]
+    return [parse_frame(frame + b"\n\n")[0] for frame in frames]
+
+
+async def collect(log: BlobEventLog, rid: str, feed: CommittedFeed = COMMITTED, **options: float) -> list[bytes]:
+    chunks: list[bytes] = []
+    async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, **options):
+        chunks.append(chunk)
+    return chunks
+
+
+async def write_phase(writer: EventWriter, appends: int = APPENDS) -> None:
+    for n in range(appends):
+        await writer.append([delta(2 * n), delta(2 * n + 1)])
+        await asyncio.sleep(0.005)
+    await writer.append([completed()])
+
+
+async def test_reader_in_the_writer_process_reads_storage_once(storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    log = reader_log(storage)
+    with COMMITTED.writing(rid):
+        # safety polls of storage only every 60 s, so none happens during the test, however slow the machine
+        reader = asyncio.create_task(collect(log, rid, poll_while_local=60.0))
+        await asyncio.sleep(0.1)  # the reader's first (storage) read is done; the rest comes from the feed
+        await write_phase(writer)
+        chunks = await asyncio.wait_for(reader, 10)
+    assert sequence_numbers(chunks) == list(range(2 * APPENDS + 2))
+    assert log.storage_calls == 1  # one read of the (short) log up front, nothing per append
+    assert len(chunks) <= APPENDS + 2  # one write per committed block, not one per frame
+
+
+async def test_reader_elsewhere_polls_storage_and_gets_the_same_events(storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    log = reader_log(storage)
+    elsewhere = CommittedFeed()  # a reader in another process never sees this process's blocks
+    reader = asyncio.create_task(collect(log, rid, elsewhere))
+    await asyncio.sleep(0.05)
+    await write_phase(writer)
+    chunks = await asyncio.wait_for(reader, 10)
+    assert sequence_numbers(chunks) == list(range(2 * APPENDS + 2))
+    assert log.storage_calls > 3  # it had to poll
+
+
+async def test_a_block_that_does_not_continue_the_reader_sends_it_to_storage(storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    feed = CommittedFeed()
+    log = reader_log(storage)
+    with feed.writing(rid):  # a phase streams "here": the reader does not poll storage on its own (60 s)
+        tail = tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, poll_while_local=60.0)
+        chunks = [await anext(tail)]  # event 0, from storage
+        await writer.append([delta(1), delta(2)])  # events 1, 2: not published to this feed
+        await writer.append([completed()])  # event 3, published with a gap before it:
+        frame = b"event: response.completed\nid: 3\ndata: {}\n\n"
+        feed.publish(rid, CommittedBlock((StoredEvent(3, "response.completed", frame),), ReadCursor(0, 10**9, 3)))
+        chunks += [chunk async for chunk in tail]
+    assert sequence_numbers(chunks) == [0, 1, 2, 3]
+    assert b"data: {}" not in b"".join(chunks)  # the gap sent it to storage, which has the real frames
+
+
+async def test_a_reader_that_falls_behind_catches_up_from_storage(storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    feed = CommittedFeed(max_pending_bytes=200)  # a few frames: the pending blocks overflow at once
+    log = reader_log(storage)
+    got: list[bytes] = []
+    with feed.writing(rid):
+        tail = tail_events(log, rid, -1, keepalive_seconds=None, feed=feed)
+        got.append(await anext(tail))  # event 0; the reader now stalls (a slow client)
+        for n in range(10):
+            block_events = [delta(n)]
+            await writer.append(block_events)
+        await writer.append([completed()])
+        stored = await reader_log(storage).read_after(rid, 0)
+        for event in stored.events:  # what a writer here would have published, far more than 200 bytes
+            feed.publish(rid, CommittedBlock((event,), ReadCursor(0, 0, event.sequence_number)))
+        async for chunk in tail:
+            got.append(chunk)
+    assert sequence_numbers(got) == list(range(12))
+
+
+async def test_the_stream_of_a_create_starts_from_the_created_block_without_reading_storage(
+        storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    assert writer.last_committed is not None and writer.last_committed.first_sequence_number == 0
+    log = reader_log(storage)
+    with COMMITTED.writing(rid):
+        reader = asyncio.create_task(collect_from(log, rid, writer.last_committed))
+        await asyncio.sleep(0.05)
+        await write_phase(writer, appends=5)
+        chunks = await asyncio.wait_for(reader, 10)
+    assert sequence_numbers(chunks) == list(range(12))
+    assert log.storage_calls == 0
+
+
+async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reader(storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    feed = CommittedFeed()  # the reader's process: it expects the run, whose writer is in another process
+    feed.expect(rid, 30.0)
+    log = reader_log(storage)
+    reader = asyncio.create_task(collect(log, rid, feed))
+    await asyncio.sleep(0.05)
+    await write_phase(writer, appends=5)
+    chunks = await asyncio.wait_for(reader, 20)
+    assert sequence_numbers(chunks) == list(range(12))
+    feed.expect(rid, 0)
+    assert not feed.expected_here(rid)
+
+
+async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock) -> list[bytes]:
+    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start)]

@@ -61,7 +61,7 @@ async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storag
 
 @pytest.mark.parametrize(("response_id", "query", "status"), [
     ("resp_../../x", {"stream": "true"}, 404),
-    ("resp_ok", {"stream": "true", "starting_after": "abc"}, 404),  # unknown id: 404 before the bad number
+    ("resp_ok", {"stream": "true", "starting_after": "abc"}, 400),  # query parameters are checked before the id
 ])
 async def test_a_malformed_reconnect_reads_no_log(storage: Storage, settings: Settings, response_id: str,
                                                   query: dict[str, str], status: int) -> None:

@@ -25,11 +25,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.storage.errors import NotFound, PreconditionFailed
-from resilient.storage.factory import Storage
 from resilient.storage.ports import ACTIVE_STATUSES
+
+if TYPE_CHECKING:  # the storage SDKs load with the first storage open, not at import (cold start)
+    from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.engine")
 

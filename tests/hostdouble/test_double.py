@@ -30,9 +30,9 @@ def _bounded() -> Iterator[None]:
     faulthandler.cancel_dump_traceback_later()
 
 
-def _start_double(**kwargs: Any) -> HostDouble:
-    return HostDouble(FIXTURE_APP, settings="fixture.settings.json", env={"FIXTURE_OVERRIDDEN": "from-env"},
-                      startup_timeout=WAIT, **kwargs)
+def _start_double(env: dict[str, str] | None = None, **kwargs: Any) -> HostDouble:
+    return HostDouble(FIXTURE_APP, settings="fixture.settings.json",
+                      env={"FIXTURE_OVERRIDDEN": "from-env", **(env or {})}, startup_timeout=WAIT, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -266,8 +266,10 @@ def test_unknown_orchestrator_and_durable_api_errors(http: httpx.Client, double:
 
 
 # ---------------------------------------------------------------------------------------- crash recovery
-def test_worker_killed_mid_activity_is_recovered(tmp_path: Path) -> None:
-    with _start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+def test_kind_redelivery_option_re_delivers_in_flight_activities(tmp_path: Path) -> None:
+    """``--kind-redelivery``: the double's old semantics, kept behind an option (the real host fails them)."""
+    with _start_double(kind_redelivery=True) as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+        assert double.stats()["semantics"] == "kind"
         first_pid = double.stats()["worker_pid"]
         instance = _uid("seq")
         _start(http, "sequence", instance, {"steps": 3, "marker_dir": str(tmp_path), "sleep": 1.5})
@@ -286,6 +288,7 @@ def test_worker_killed_mid_activity_is_recovered(tmp_path: Path) -> None:
         assert stats["worker_restarts"] == 1
         assert stats["activity_redeliveries"] == {"step": 1}
         assert stats["activity_deliveries"]["step"] == 4
+        assert stats["activity_failures_worker_exit"] == {}
         assert stats["in_flight_activities"] == []
 
         # several activities in flight at once: every one of them is re-delivered
@@ -301,16 +304,20 @@ def test_worker_killed_mid_activity_is_recovered(tmp_path: Path) -> None:
         assert status["runtimeStatus"] == "Completed", status
         assert [_markers(fan_dir, f"step-fan{i}") for i in range(3)] == [2, 2, 2]
         stats = double.stats()
+        # no restart limit in this mode either: two crashes, no recycle
         assert stats["worker_restarts"] == 2 and stats["activity_redeliveries"] == {"step": 4}
+        assert stats["host_generation"] == 1
 
 
-def test_crash_route_restarts_the_worker() -> None:
+def test_request_in_flight_when_the_worker_dies_gets_500_and_the_worker_restarts() -> None:
     with _start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
         first_pid = http.get("/env/FIXTURE_SETTING").json()["pid"]
-        # The worker dies before answering: like the host's proxy (YARP), a 502.
-        assert http.post("/crash").status_code == 502
+        # The worker dies before answering: the invocation fails (WorkerProcessExitException) → 500, empty body.
+        crashed = http.post("/crash")
+        assert (crashed.status_code, crashed.content) == (500, b"")
         stats = double.wait_for_worker_restarts(1, timeout=WAIT)
         assert stats["worker_exit_codes"] == [1]
+        assert "python exited with code 1 (0x1)" in double.log()
         after = http.get("/env/FIXTURE_SETTING")
         assert after.status_code == 200 and after.json()["pid"] not in (first_pid, None)
 

@@ -7,20 +7,23 @@ import itertools
 import json
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.hostdouble import HostDouble
 from tests.hostdouble.api import HostDoubleError
+from tests.hostdouble.testkit import FIXTURE_APP, WAIT
+from tests.hostdouble.testkit import done as _done
+from tests.hostdouble.testkit import markers as _markers
+from tests.hostdouble.testkit import start as _start
+from tests.hostdouble.testkit import start_double as _start_double
+from tests.hostdouble.testkit import uid as _uid
+from tests.hostdouble.testkit import wait as _wait
 
-FIXTURE_APP = Path(__file__).parent / "fixture_app"
 TEST_TIMEOUT = 90  # hard bound per test (the process is killed with a traceback dump beyond this)
-WAIT = 30.0  # bound of every wait inside a test
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +31,6 @@ def _bounded() -> Iterator[None]:
     faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-def _start_double(env: dict[str, str] | None = None, **kwargs: Any) -> HostDouble:
-    return HostDouble(FIXTURE_APP, settings="fixture.settings.json",
-                      env={"FIXTURE_OVERRIDDEN": "from-env", **(env or {})}, startup_timeout=WAIT, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -45,40 +43,6 @@ def double() -> Iterator[HostDouble]:
 def http(double: HostDouble) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=double.base_url, timeout=WAIT) as client:
         yield client
-
-
-def _uid(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _start(http: httpx.Client, name: str, instance_id: str, payload: Any) -> dict[str, Any]:
-    response = http.post(f"/orchestrations/{name}/{instance_id}", json=payload)
-    assert response.status_code == 202, response.text
-    body: dict[str, Any] = response.json()
-    assert body["id"] == instance_id
-    return body
-
-
-def _wait(http: httpx.Client, instance_id: str, predicate: Any, timeout: float = WAIT) -> dict[str, Any]:
-    """Poll the app's status route (DurableOrchestrationClient.get_status) until ``predicate(status)``."""
-    deadline = time.monotonic() + timeout
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        response = http.get(f"/orchestrations/{instance_id}")
-        if response.status_code == 200:
-            status = response.json()
-            if predicate(status):
-                return status
-        time.sleep(0.05)
-    raise AssertionError(f"{instance_id}: condition not met in {timeout}s, last status {status}")
-
-
-def _done(http: httpx.Client, instance_id: str, timeout: float = WAIT) -> dict[str, Any]:
-    return _wait(http, instance_id, lambda s: s["runtimeStatus"] in ("Completed", "Failed", "Terminated"), timeout)
-
-
-def _markers(folder: Path, label: str) -> int:
-    return len(list(folder.glob(f"{label}.*")))
 
 
 # ------------------------------------------------------------------------------------------------ HTTP

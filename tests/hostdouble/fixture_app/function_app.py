@@ -328,7 +328,8 @@ def counter_entity(context: df.DurableEntityContext) -> None:
         raise ValueError(f"unknown operation {operation}")
 
 
-@app.timer_trigger(schedule="%FIXTURE_TIMER_SCHEDULE%", arg_name="timer", run_on_startup=False, use_monitor=True)
+@app.timer_trigger(schedule="%FIXTURE_TIMER_SCHEDULE%", arg_name="timer", use_monitor=True,
+                   run_on_startup=os.environ.get("FIXTURE_TIMER_RUN_ON_STARTUP") == "true")
 def ticker(timer: func.TimerRequest) -> None:
     """Writes a marker per run (``<FIXTURE_TIMER_DIR>/tick.<past_due>.<uuid>``) when a directory is set."""
     folder = os.environ.get("FIXTURE_TIMER_DIR")

@@ -380,5 +380,5 @@ def episode_end() -> dict[str, Any]:
 
 def rewind_event(event: dict[str, Any]) -> dict[str, Any]:
     """``RewindHistoryAsync``: a failure (and the TaskScheduled it answers) becomes a GenericEvent."""
-    return {"EventType": GENERIC_EVENT, "EventId": event.get("EventId", -1), "Timestamp": event.get("Timestamp"),
-            "Data": f"Rewound: {event.get('EventType')}"}
+    return {"EventType": GENERIC_EVENT, "EventId": event.get("EventId", -1), "IsPlayed": False,
+            "Timestamp": event.get("Timestamp"), "Data": f"Rewound: {event.get('EventType')}"}

@@ -524,7 +524,7 @@ class DurableRuntime:
         envelope = Envelope(outbound.instance_id, outbound.event, outbound.execution_id)
         if outbound.kind == "activity":
             sent = await self.queues.send(self.names.work_item_queue, envelope,
-                                          self.config.work_item_visibility.total_seconds())
+                                          self.config.work_item_visibility.total_seconds(), held=True)
             local_activities.append(sent)
             return
         await self._send_to_instance(envelope, outbound.delay_s, local_control)
@@ -540,7 +540,7 @@ class DurableRuntime:
                 self._claim_later(sent, "control")
             return
         if partition in self.owned and not self._stopping:
-            sent = await self.queues.send(queue, envelope, self.config.control_visibility.total_seconds())
+            sent = await self.queues.send(queue, envelope, self.config.control_visibility.total_seconds(), held=True)
             if local is None:
                 self._accept(sent)
             else:
@@ -796,8 +796,7 @@ class DurableRuntime:
         session = self.sessions.get(instance_id)
         if session is not None:
             session.history = None
-        await self._send_to_instance(Envelope(instance_id, {"EventType": GENERIC_EVENT, "EventId": -1,
-                                                            "Timestamp": iso(utcnow()), "Data": reason or ""}))
+        await self._send_to_instance(Envelope(instance_id, new_event(GENERIC_EVENT, Data=reason or "")))
 
     async def list_instances(self, statuses: set[str], prefix: str) -> list[dict[str, Any]]:
         return await self.storage.query_instances(statuses=statuses or None, prefix=prefix)

@@ -390,6 +390,7 @@ class Host:
         supervisor = self.supervisor
         runtime = self.runtime.stats()
         own: dict[str, Any] = {
+            "host_pid": os.getpid(),
             "worker_pid": supervisor.pid,
             "worker_generation": supervisor.generation,
             # a fresh host after a recycle starts a worker too: it counts as a restart (the last one died)

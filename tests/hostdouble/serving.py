@@ -27,8 +27,25 @@ def loopback_socket(port: int) -> socket.socket:
     return sock
 
 
-class _OwnSignals(uvicorn.Server):
-    """A uvicorn server that leaves SIGTERM/SIGINT to its process (the host shuts down on its own terms)."""
+class _CalmServer(uvicorn.Server):
+    """uvicorn with a 1 s housekeeping tick instead of 0.1 s.
+
+    Why: the stock loop wakes ten times a second (to refresh the Date header once a second and to look
+    at ``should_exit``), which alone costs ~2 ms of CPU per second while idle. Once a second does both
+    jobs; stopping takes up to a second longer.
+    """
+
+    async def main_loop(self) -> None:
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000  # on_tick refreshes the Date header when counter % 10 == 0
+            await asyncio.sleep(1.0)
+            should_exit = await self.on_tick(counter)
+
+
+class _OwnSignals(_CalmServer):
+    """A server that leaves SIGTERM/SIGINT to its process (the host shuts down on its own terms)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -43,7 +60,7 @@ async def start_server(app: Any, sock: socket.socket, *, keep_alive_s: int, grac
     """
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=graceful_s)
-    server = _OwnSignals(config) if own_signals else uvicorn.Server(config)
+    server = _OwnSignals(config) if own_signals else _CalmServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():

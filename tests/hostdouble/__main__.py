@@ -93,13 +93,20 @@ def run_platform(app_dir: str, port: int, script: str, kind_redelivery: bool) ->
             code = child.wait()
             if stopping:
                 return 0
-            if code == STARTUP_FAILED_EXIT_CODE:
+            if code == STARTUP_FAILED_EXIT_CODE and generation == 1:
                 platform_log(f"the Functions host failed to start (exit code {code}); giving up")
                 return code
-            why = "stopped itself (worker restart limit)" if code == RECYCLE_EXIT_CODE else f"exited with code {code}"
+            if code == RECYCLE_EXIT_CODE:
+                why = "stopped itself (worker restart limit)"
+            elif code == STARTUP_FAILED_EXIT_CODE:
+                why = "failed to start"
+            else:
+                why = f"exited with code {code}"
             platform_log(f"the Functions host {why}; starting a fresh host on port {port} with the same storage "
                          f"(host generation {generation + 1})")
-            time.sleep(0.2)
+            time.sleep(0.2 if code != STARTUP_FAILED_EXIT_CODE else 5.0)
+            if stopping:
+                return 0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,6 +15,11 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 RESPONSE_PREFIX = "resp_"
 MESSAGE_PREFIX = "msg_"
 CONVERSATION_PREFIX = "conv_"
+FUNCTION_CALL_PREFIX = "fc_"
+CALL_PREFIX = "call_"
+APPROVAL_REQUEST_PREFIX = "mcpr_"
+FUNCTION_OUTPUT_PREFIX = "fco_"
+APPROVAL_RESPONSE_PREFIX = "mcpa_"
 
 
 class InvalidId(ValueError):
@@ -51,3 +56,23 @@ def new_message_id() -> str:
 
 def new_conversation_id() -> str:
     return _random_id(CONVERSATION_PREFIX)
+
+
+def new_function_call_id() -> str:
+    """The item id of a ``function_call`` output item."""
+    return _random_id(FUNCTION_CALL_PREFIX)
+
+
+def new_call_id() -> str:
+    """A ``call_id``: fresh for every attempt of a phase, so a recovered phase never repeats one."""
+    return _random_id(CALL_PREFIX)
+
+
+def new_approval_request_id() -> str:
+    return _random_id(APPROVAL_REQUEST_PREFIX)
+
+
+def new_input_item_id(item_type: str) -> str:
+    """The id of a stored input item, prefixed by its type as the OpenAI API does."""
+    prefix = {"function_call_output": FUNCTION_OUTPUT_PREFIX, "mcp_approval_response": APPROVAL_RESPONSE_PREFIX}
+    return _random_id(prefix.get(item_type, MESSAGE_PREFIX))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 CONTEXT_KEYS = ("response_id", "chain_id", "phase", "phases", "status", "chars", "storage_calls", "purged",
-                "background", "stream")
+                "background", "stream", "found", "repair", "checked", "repaired")
 
 
 class ContextFilter(logging.Filter):
@@ -29,14 +29,32 @@ class ContextFilter(logging.Filter):
 
 
 NOISY_LOGGERS = ("azure.core.pipeline.policies.http_logging_policy", "azure.identity", "aiohttp.access")
+DURABLE_CONVERTER_LOGGER = "azure.functions.DurableFunctions"
+NO_EXPECTED_TYPE_NOTICE = "azure.functions df_loads was called without expected_type"
+
+
+class NoExpectedTypeNoticeFilter(logging.Filter):
+    """Drops the ``df_loads ... without expected_type`` advisory of ``azure-functions``.
+
+    It is logged once per worker process when the worker decodes the first activity input: the worker's
+    ``ActivityTriggerConverter.decode`` calls ``df_loads`` without a type, because the worker does not hand
+    the activity's parameter type to converters. No app code can pass it, so the notice only adds noise
+    to every run. Every other record of that logger passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(NO_EXPECTED_TYPE_NOTICE)
 
 
 def install() -> None:
-    """Attach the filter to the package's loggers (idempotent), and quiet the Azure SDK's per-request
-    INFO logging (request and response headers for every storage call: cost and noise in App Insights)."""
+    """Attach the filter to the package's loggers (idempotent), quiet the Azure SDK's per-request INFO
+    logging (request and response headers for every storage call: cost and noise in App Insights), and
+    drop the converter's one-time typing advisory (see :class:`NoExpectedTypeNoticeFilter`)."""
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("resilient.engine", "resilient.http", "resilient.retention"):
+    converter = logging.getLogger(DURABLE_CONVERTER_LOGGER)
+    if not any(isinstance(f, NoExpectedTypeNoticeFilter) for f in converter.filters):
+        converter.addFilter(NoExpectedTypeNoticeFilter())
+    for name in ("resilient.engine", "resilient.http", "resilient.retention", "resilient.repair"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, ContextFilter) for f in logger.filters):
             logger.addFilter(ContextFilter())

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from resilient.limits import below_timeout, function_timeout_seconds
+
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{2,23}$")
 
 
@@ -24,6 +26,12 @@ def _int(value: str | None, default: int) -> int:
     if value is None or value.strip() == "":
         return default
     return int(value)
+
+
+def _float(value: str | None, default: float) -> float:
+    if value is None or value.strip() == "":
+        return default
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,17 @@ class Settings:
     azure_openai_deployment: str | None
     azure_openai_api_key: str | None
     azure_openai_api_version: str
+    model_client_id: str | None = None
+    model_timeout_seconds: float = 60.0
+    model_max_retries: int = 2
+    model_token_scope: str = "https://cognitiveservices.azure.com/.default"
+    # Time limits below the host's functionTimeout (see resilient/limits.py); None = unbounded.
+    function_timeout_seconds: float | None = None
+    stream_limit_seconds: float | None = None
+    phase_deadline_seconds: float | None = None
+    # Repair of runs whose orchestration died (see resilient/engine/repair.py).
+    repair_grace_seconds: float = 60.0
+    repair_check_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -56,6 +75,7 @@ class Settings:
         if not _PREFIX.fullmatch(prefix):
             raise ValueError("RESILIENT_STORAGE_PREFIX must be 3-24 lowercase letters/digits, starting with a letter")
         conn = e.get("AzureWebJobsStorage") or None
+        timeout = function_timeout_seconds(e)
         return cls(
             storage_connection_string=conn,
             storage_account_name=e.get("AzureWebJobsStorage__accountName") or None,
@@ -72,4 +92,13 @@ class Settings:
             azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
             azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,
             azure_openai_api_version=e.get("AZURE_OPENAI_API_VERSION") or "2024-10-21",
+            model_client_id=e.get("AZURE_OPENAI_CLIENT_ID") or e.get("AzureWebJobsStorage__clientId") or None,
+            model_timeout_seconds=float(e.get("RESILIENT_MODEL_TIMEOUT_SECONDS") or 60),
+            model_max_retries=_int(e.get("RESILIENT_MODEL_MAX_RETRIES"), 2),
+            model_token_scope=e.get("AZURE_OPENAI_TOKEN_SCOPE") or "https://cognitiveservices.azure.com/.default",
+            function_timeout_seconds=timeout,
+            stream_limit_seconds=below_timeout(e.get("RESILIENT_STREAM_MAX_SECONDS"), timeout),
+            phase_deadline_seconds=below_timeout(e.get("RESILIENT_PHASE_DEADLINE_SECONDS"), timeout),
+            repair_grace_seconds=_float(e.get("RESILIENT_REPAIR_GRACE_SECONDS"), 60.0),
+            repair_check_seconds=_float(e.get("RESILIENT_REPAIR_CHECK_SECONDS"), 10.0),
         )

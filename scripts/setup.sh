@@ -19,10 +19,18 @@ if [ ! -x .venv/bin/python ]; then
   PY="$(pick_python)"
   echo "setup: creating .venv with $("$PY" --version)"
   "$PY" -m venv .venv
+elif ! .venv/bin/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)'; then
+  echo "error: .venv has $(.venv/bin/python --version 2>&1); Python 3.12+ is required: delete .venv and run again" \
+       "(set PYTHON=/path/to/python3.13 to choose the interpreter)" >&2
+  exit 1
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 if [ ! -x node_modules/.bin/azurite ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "error: Node.js 18+ (with npm) is required to install Azurite, the local storage emulator" >&2
+    exit 1
+  fi
   echo "setup: npm ci (Azurite)"
   npm ci --no-audit --no-fund --loglevel=error
 fi

@@ -7,11 +7,26 @@ engine re-runs at most the one phase that was in flight. Authors never see stora
 Why phases: a checkpoint per streamed token would cost a storage write per token; a checkpoint per
 response would repeat the whole run after a crash. A phase is the unit an author can reason about
 ("gather sources", "write synthesis") and the unit of repeated work after a crash.
+
+Besides text (``str``), a phase may yield:
+
+* :class:`FunctionCall` (or streamed :class:`FunctionCallDelta` chunks): a call of one of the request's
+  function tools. The turn ends after this phase; the client runs the function and answers in its next
+  turn with a ``function_call_output`` item (see :meth:`AgentRequest.tool_outputs`).
+* :class:`ApprovalRequest`: ask a person before going on. The phase stops there, the turn completes
+  with an ``mcp_approval_request`` item, and the plan waits in storage. When the next turn approves, this
+  same phase runs again with :attr:`PhaseContext.approval` set; when it denies, no further phase runs.
+* :class:`Usage`: the model's token counts for this phase (added up into the response's ``usage``).
+
+Errors: raise :class:`TransientAgentError` (with ``retry_after``) for a failure worth retrying later (a
+rate limit, a dropped connection) and :class:`PermanentAgentError` for one that retrying cannot fix (bad
+credentials, an unknown deployment); the engine fails the phase at once with the message.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +47,88 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class FunctionCall:
+    """A complete call of the request's function tool ``name``; ``arguments`` is a JSON object text."""
+
+    name: str
+    arguments: str = "{}"
+
+    @classmethod
+    def of(cls, name: str, arguments: Mapping[str, Any]) -> FunctionCall:
+        return cls(name, json.dumps(dict(arguments), ensure_ascii=False))
+
+
+@dataclass(frozen=True)
+class FunctionCallDelta:
+    """One streamed chunk of a function call (a model streams its arguments). Chunks with the same
+    ``key`` build one call; the first chunk of a key must name the function."""
+
+    key: int
+    arguments: str = ""
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """Ask a person whether to go on (see the module docstring). ``arguments`` is a JSON object text."""
+
+    name: str
+    arguments: str = "{}"
+    server_label: str = "agent"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts one model call reported; yield it once per call (it is not text)."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Approval:
+    """The answer to an :class:`ApprovalRequest`, given to the phase that asked when it runs again."""
+
+    request_id: str
+    approved: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A ``function_call_output`` the client sent this turn, with the name of the function it answers."""
+
+    call_id: str
+    name: str | None
+    output: str
+
+
+type PhaseOutput = str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage
+
+
+class AgentError(Exception):
+    """Base of the errors an agent raises on purpose; the message reaches the client's ``error``.
+    ``code`` is the response's ``error.code`` (a value the client's ``ResponseError`` allows)."""
+
+    code: str = "server_error"
+
+
+class PermanentAgentError(AgentError):
+    """Retrying cannot help (401, 403, 404, a bad request): the phase fails at once."""
+
+
+class TransientAgentError(AgentError):
+    """Worth retrying later (429, 5xx, a dropped connection): background runs wait ``retry_after``
+    seconds (a durable timer, bounded) and run the phase again."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
 class AgentRequest:
     """What the agent may read of the request that started the turn."""
 
@@ -41,13 +138,46 @@ class AgentRequest:
     input_items: Sequence[dict[str, Any]]
     history: Sequence[dict[str, Any]]
     metadata: dict[str, str]
+    tools: Sequence[dict[str, Any]] = ()
+    tool_choice: str | dict[str, Any] = "auto"
 
     def question(self) -> str:
-        """The text of the last user message (what the turn is about)."""
-        for item in reversed(self.input_items):
-            if item.get("role") == "user":
-                return _item_text(item)
-        return _item_text(self.input_items[-1]) if self.input_items else ""
+        """The text of the last user message (what the turn is about). A turn that only answers a tool
+        call or an approval request has none of its own: then it is the chain's last user message."""
+        for items in (self.input_items, self.history):
+            for item in reversed(items):
+                if item.get("type", "message") == "message" and item.get("role") == "user":
+                    return _item_text(item)
+        messages = [i for i in self.input_items if i.get("type", "message") == "message"]
+        return _item_text(messages[-1]) if messages else ""
+
+    def offered_tool(self) -> dict[str, Any] | None:
+        """The function tool to call when the agent decides to call one: the one ``tool_choice`` names,
+        else the first offered; None when no tool is offered or ``tool_choice`` is ``none``."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        if isinstance(self.tool_choice, dict):
+            wanted = self.tool_choice.get("name")
+            return next((t for t in self.tools if t.get("name") == wanted), None)
+        return dict(self.tools[0])
+
+    def tool_outputs(self) -> list[ToolOutput]:
+        """The ``function_call_output`` items of this turn, in input order."""
+        names = {str(i.get("call_id")): str(i.get("name")) for i in self.history if i.get("type") == "function_call"}
+        found: list[ToolOutput] = []
+        for item in self.input_items:
+            if item.get("type") == "function_call_output":
+                call_id = str(item.get("call_id"))
+                found.append(ToolOutput(call_id, names.get(call_id), output_text(item.get("output"))))
+        return found
+
+
+def output_text(output: object) -> str:
+    """A ``function_call_output``'s ``output`` as text (a string, or the text of its parts)."""
+    if isinstance(output, str):
+        return output
+    parts = output if isinstance(output, list) else []
+    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
 
 
 def _item_text(item: dict[str, Any]) -> str:
@@ -76,6 +206,7 @@ class PhaseContext:
     pending_input_count: int = 0
     cancelled: bool = False
     delta_delay_seconds: float = 0.0
+    approval: Approval | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -98,6 +229,6 @@ class Agent(Protocol):
         """Return the phases of this turn (1..50). Called once per turn; the plan is persisted."""
         ...
 
-    def run_phase(self, context: PhaseContext) -> AsyncIterator[str]:
-        """An async generator yielding text deltas for ``context.phase``."""
+    def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        """An async generator yielding text deltas (and optionally calls, approval requests, usage)."""
         ...

@@ -2,23 +2,42 @@
 
 Offline by default (deterministic text, no model, no key) so the template runs anywhere and crash tests
 can compare a recovered run with a fault-free one byte for byte. With ``AZURE_OPENAI_ENDPOINT`` and
-``AZURE_OPENAI_DEPLOYMENT`` set it calls the model through ``openai.AsyncAzureOpenAI`` with an
-``azure-identity`` bearer token (an API key only if ``AZURE_OPENAI_API_KEY`` is given explicitly).
+``AZURE_OPENAI_DEPLOYMENT`` set it calls the model (see ``model.py``: endpoint shapes, auth, errors).
+
+Tools and approval, offline: offered a function tool (and ``tool_choice`` not ``none``) with no tool
+output in the turn, the agent calls the first offered tool (or the one ``tool_choice`` names) with
+``{"query": <the question>}`` and ends the turn; given the output, it runs its phases and quotes the output
+verbatim at the start of its last phase. With ``metadata.require_approval == "true"`` it asks for
+approval before its last phase. With a model, the model decides about tools.
 
 Request ``metadata`` knobs for the offline agent (handy for demos and tests; all optional):
 ``research_phases`` (1-20, default 4), ``words_per_phase`` (1-2000, default 48),
-``delta_delay_ms`` (0-5000, default the app setting ``RESILIENT_AGENT_DELTA_DELAY_MS``).
+``delta_delay_ms`` (0-5000, default the app setting ``RESILIENT_AGENT_DELTA_DELAY_MS``),
+``require_approval`` (``"true"``: ask before the last phase).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from resilient.agents.base import AgentRequest, Phase, PhaseContext
+from resilient.agents import model
+from resilient.agents.base import (
+    AgentRequest,
+    ApprovalRequest,
+    FunctionCall,
+    FunctionCallDelta,
+    Phase,
+    PhaseContext,
+    PhaseOutput,
+    Usage,
+)
 from resilient.settings import Settings
+
+CALL_TOOL_PHASE = "call-tool"
 
 BASE_PLAN = (
     Phase("scope", "Restate the question and decide what a good answer must cover."),
@@ -70,6 +89,9 @@ class ResearchAgent:
         return bool(self._settings.azure_openai_endpoint and self._settings.azure_openai_deployment)
 
     async def plan(self, request: AgentRequest) -> Sequence[Phase]:
+        tool = request.offered_tool()
+        if not self.uses_model and tool is not None and not request.tool_outputs():
+            return [Phase(CALL_TOOL_PHASE, f"Ask {tool['name']} about the question.")]
         depth = _bounded_int(request.metadata.get("research_phases"), len(BASE_PLAN), 1, 20)
         phases = list(BASE_PLAN[: min(depth, len(BASE_PLAN))])
         for extra in range(len(BASE_PLAN), depth):
@@ -80,12 +102,24 @@ class ResearchAgent:
         default = self._settings.agent_delta_delay_ms
         return _bounded_int(request.metadata.get("delta_delay_ms"), default, 0, 5000) / 1000.0
 
-    async def run_phase(self, context: PhaseContext) -> AsyncIterator[str]:
-        if self.uses_model:
-            async for delta in self._model_phase(context):
-                yield delta
-            return
+    async def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
         request = context.request
+        last_phase = context.phase_index == len(context.plan) - 1
+        if last_phase and context.approval is None and request.metadata.get("require_approval") == "true":
+            yield ApprovalRequest(name=context.phase.name, server_label="research-agent",
+                                  arguments=json.dumps({"phase": context.phase.name, "goal": context.phase.goal}))
+            return
+        if self.uses_model:
+            async for output in self._model_phase(context):
+                yield output
+            return
+        if context.phase.name == CALL_TOOL_PHASE and (tool := request.offered_tool()) is not None:
+            yield FunctionCall.of(str(tool["name"]), {"query": request.question()})
+            return
+        outputs = request.tool_outputs()
+        if outputs and last_phase:
+            for found in outputs:
+                yield f"{found.name or 'The tool'} returned: {found.output}\n"
         count = _bounded_int(request.metadata.get("words_per_phase"), 48, 1, 2000)
         delay = self._delay_seconds(request)
         words = offline_words(request.question(), context.phase, context.phase_index, count)
@@ -97,59 +131,57 @@ class ResearchAgent:
                 await asyncio.sleep(delay)
 
     def _model(self) -> Any:
-        """Create the Azure OpenAI client once (token-based unless an API key was configured)."""
+        """Create the model client once per process (see ``model.create_client``)."""
         if self._client is None:
-            from openai import AsyncAzureOpenAI
-
-            s = self._settings
-            if s.azure_openai_api_key:
-                self._client = AsyncAzureOpenAI(
-                    azure_endpoint=s.azure_openai_endpoint or "",
-                    api_key=s.azure_openai_api_key,
-                    api_version=s.azure_openai_api_version,
-                )
-            else:
-                from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
-
-                credential = DefaultAzureCredential(managed_identity_client_id=s.managed_identity_client_id)
-                self._client = AsyncAzureOpenAI(
-                    azure_endpoint=s.azure_openai_endpoint or "",
-                    azure_ad_token_provider=get_bearer_token_provider(
-                        credential, "https://cognitiveservices.azure.com/.default"
-                    ),
-                    api_version=s.azure_openai_api_version,
-                )
+            self._client = model.create_client(self._settings)
         return self._client
 
-    async def _model_phase(self, context: PhaseContext) -> AsyncIterator[str]:
+    async def _model_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        """One streamed chat completion: text deltas, tool-call chunks and the model's usage. Model errors
+        become agent errors (permanent or transient); the stream is closed however the phase ends."""
         request = context.request
-        messages: list[dict[str, str]] = [
-            {
-                "role": "system",
-                "content": (request.instructions or "You are a careful research assistant.")
-                + f"\nYou are in phase {context.phase_index + 1} of {len(context.plan)}: "
-                f"{context.phase.name}. Goal: {context.phase.goal} Be concise.",
-            }
-        ]
-        for item in request.history:
-            role = str(item.get("role", "user"))
-            messages.append({"role": role if role in {"user", "assistant"} else "user", "content": _text(item)})
-        for earlier in context.previous_texts():
-            messages.append({"role": "assistant", "content": earlier})
-        messages.append({"role": "user", "content": request.question()})
-        stream = await self._model().chat.completions.create(
-            model=self._settings.azure_openai_deployment, messages=messages, stream=True
-        )
-        async for chunk in stream:
-            if context.should_stop:
-                break
-            for choice in chunk.choices:
-                if choice.delta and choice.delta.content:
-                    yield choice.delta.content
+        system = ((request.instructions or "You are a careful research assistant.")
+                  + f"\nYou are in phase {context.phase_index + 1} of {len(context.plan)}: "
+                  f"{context.phase.name}. Goal: {context.phase.goal} Be concise.")
+        messages = model.chat_messages(system, request.history, request.input_items, context.previous_texts())
+        extra: dict[str, Any] = {}
+        if request.tools:
+            extra["tools"] = model.chat_tools(request.tools)
+            extra["tool_choice"] = model.chat_tool_choice(request.tool_choice)
+        try:
+            stream = await self._model().chat.completions.create(
+                model=self._settings.azure_openai_deployment, messages=messages, stream=True,
+                stream_options={"include_usage": True}, **extra)
+        except Exception as exc:
+            raise model.agent_error(exc) from exc
+        try:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    yield _usage(chunk.usage)
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    if delta is None:
+                        continue
+                    if delta.content:
+                        yield delta.content
+                    for call in delta.tool_calls or []:
+                        function = call.function
+                        yield FunctionCallDelta(key=call.index, name=function.name if function else None,
+                                                arguments=(function.arguments or "") if function else "")
+                if context.should_stop:
+                    return
+        except Exception as exc:
+            raise model.agent_error(exc) from exc
+        finally:
+            await stream.close()  # a phase stopped early (steering, cancel) must not keep the model busy
 
 
-def _text(item: dict[str, Any]) -> str:
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+def _usage(usage: Any) -> Usage:
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    return Usage(
+        input_tokens=int(usage.prompt_tokens or 0),
+        output_tokens=int(usage.completion_tokens or 0),
+        cached_tokens=int(getattr(prompt_details, "cached_tokens", 0) or 0),
+        reasoning_tokens=int(getattr(completion_details, "reasoning_tokens", 0) or 0),
+    )

@@ -6,12 +6,28 @@ Each activity therefore reads the durable state first and decides what is left t
 
 * ``plan``: persists the plan once; appends ``response.in_progress`` only if it is not there yet.
 * ``run_phase``: a phase whose checkpoint exists is returned as is (no second stream). A phase that finds
-  events after the last checkpoint is a *recovery*: it appends ``response.in_progress`` carrying the
-  snapshot as of the last checkpoint (clients drop their partial item, rule R4) and re-runs only this
-  phase. Non-background responses are not re-run but failed (R8). Every append is fenced by the blob's
-  append position, so a zombie's next append fails and it stops (R6).
-* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a cancel that already
-  won stays); the terminal event is appended only if the log does not end with one already.
+  events after the last checkpoint is a *recovery* (``recovery.py``): it closes the item left open, appends
+  ``response.in_progress`` carrying the snapshot as of the last checkpoint (clients drop their partial
+  item, rule R4) and re-runs only this phase, as new items at new stream indexes. Non-background
+  responses are not re-run but failed (R8). Every append is fenced by the blob's append position, so a
+  zombie's next append fails and it stops (R6). The phase's first append (recovery head, item opening,
+  first delta together) waits for the agent's first output: only then is the item's type known.
+  Agent errors are answers, not exceptions: a permanent one returns ``{"stop": "failed"}``, a transient
+  one ``{"retry_after": s}`` (the orchestrator waits on a durable timer and runs the phase again).
+* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a requested cancel wins
+  over the outcome, a terminal status already set stays); the terminal event is appended only if the log
+  does not end with one already. Then the response leaves the index of unfinished runs that the repair
+  path watches.
+* ``inspect``: read-only; tells whether a response's run is over (terminal status *and* terminal event).
+
+On the real Functions host a worker that dies does not get its activity re-delivered: the orchestrator
+retries it (a new call with the same input), which is the same situation for the activity. A phase stops
+at ``Settings.phase_deadline_seconds`` (a minute below the host's ``functionTimeout``, which would restart
+the worker) and its run ends ``failed``.
+
+Cancel is atomic to readers: ``POST .../cancel`` only raises the row's cancel flag while the run is
+in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) once the phase it stopped
+has checkpointed its partial item, so a reader never sees ``cancelled`` without that item.
 """
 
 from __future__ import annotations
@@ -21,20 +37,32 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from resilient.agents.base import Agent, AgentRequest, Phase, PhaseContext
+from resilient.agents.base import (
+    Agent,
+    AgentError,
+    AgentRequest,
+    Approval,
+    Phase,
+    PhaseContext,
+    PhaseOutput,
+    TransientAgentError,
+)
+from resilient.engine import recovery
+from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.snapshot import response_object
-from resilient.ids import new_message_id
 from resilient.protocol import events as ev
-from resilient.protocol.items import ItemStatus, output_message, text_of
+from resilient.protocol.items import ItemStatus, text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
-from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound
+from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound, PreconditionFailed
 from resilient.storage.factory import Storage
 from resilient.storage.ports import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Control,
+    EventLog,
     EventWriter,
     JsonDict,
     ResponseRecord,
@@ -45,10 +73,17 @@ log = logging.getLogger("resilient.engine")
 MAX_PHASES = 50
 MAX_HISTORY_TURNS = 50
 OPEN_ATTEMPTS = 20
+_CONCLUDE_ATTEMPTS = 50
+PENDING_SETTLE_S = 1.0
+PHASE_DEADLINE_MESSAGE = (
+    "Phase {index} did not finish within {seconds:.0f} s (the limit kept below the host's functionTimeout); "
+    "the run was stopped."
+)
 NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
 )
+DEFAULT_RETRY_AFTER_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -61,20 +96,14 @@ class Tuning:
     control_interval_s: float = 0.2
 
 
-def _boundary(last_event: JsonDict | None, index: int) -> bool:
-    """True when the log ends exactly where phase ``index`` should start (so nothing partial is visible)."""
-    if last_event is None:
-        return False
-    kind = last_event.get("type")
-    if kind == "response.in_progress":
-        return True
-    return kind == "response.output_item.done" and last_event.get("output_index") == index - 1
+class _Appender(Protocol):
+    async def append(self, events: Sequence[JsonDict]) -> object: ...
 
 
 class _Batcher:
     """Buffers events and appends them in as few blocks as possible (one storage call per flush)."""
 
-    def __init__(self, writer: EventWriter, tuning: Tuning) -> None:
+    def __init__(self, writer: _Appender, tuning: Tuning) -> None:
         self._writer = writer
         self._tuning = tuning
         self._buffer: list[JsonDict] = []
@@ -118,16 +147,21 @@ class Engine:
             return {"stop": "cancelled" if record.status == "cancelled" else "failed"}
         control = await responses.get_control(response_id)
         if control.cancel_requested:
+            await self.settle_cancel(response_id)
             return {"stop": "cancelled"}
-        plan = record.doc.get("plan")
-        if plan is None:
+        changes: JsonDict = {key: record.doc[key] for key in ("plan", "phase_offset", "agent_metadata")
+                             if key in record.doc}
+        if "plan" not in changes:
+            changes = await self._resumed_plan(record) if record.doc.get("resume") else {}
+        if "plan" not in changes:
             phases = list(await self.agent.plan(await self._agent_request(record)))
             if not 1 <= len(phases) <= MAX_PHASES:
                 raise ValueError(f"an agent plan must have 1..{MAX_PHASES} phases, got {len(phases)}")
-            plan = [p.to_json() for p in phases]
+            changes = {"plan": [p.to_json() for p in phases], "phase_offset": 0}
+        plan = changes["plan"][int(changes.get("phase_offset", 0)):]
         try:
             record = await responses.transition(
-                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes={"plan": plan}
+                response_id, "in_progress", allowed_from=ACTIVE_STATUSES, doc_changes=changes
             )
         except InvalidTransition:
             return {"stop": "cancelled"}
@@ -137,6 +171,20 @@ class Engine:
             await writer.append([ev.response_in_progress(response_object(record, []))])
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
+
+    async def _resumed_plan(self, record: ResponseRecord) -> JsonDict:
+        """The plan of a turn that answers an approval request: approved, the paused plan from the paused
+        phase on (earlier phases are not run again); denied, one phase that only says so. The paused
+        turn's metadata carries over (this turn's own metadata wins), so its knobs still apply."""
+        resume = record.doc["resume"]
+        paused = await self.storage.responses.get(str(resume["from"]))
+        pause = paused.doc.get("paused") or {}
+        metadata = {**(paused.doc.get("agent_metadata") or paused.doc.get("metadata") or {}),
+                    **(record.doc.get("metadata") or {})}
+        if resume.get("approve"):
+            return {"plan": paused.doc["plan"], "phase_offset": int(pause["phase"]), "agent_metadata": metadata}
+        denied = Phase("not-approved", f"Say that {pause.get('name', 'the step')} was not approved.")
+        return {"plan": [denied.to_json()], "phase_offset": 0, "agent_metadata": metadata}
 
     async def mark_queued(self, response_id: str) -> JsonDict:
         """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
@@ -148,108 +196,230 @@ class Engine:
 
     # ------------------------------------------------------------- run_phase
     async def run_phase(self, response_id: str, index: int) -> JsonDict:
-        """Stream one phase into the event log and checkpoint its output item. Returns a small summary."""
+        """Stream one phase into the event log and checkpoint its output item(s). Returns a small summary.
+
+        ``index`` counts the phases of this response; a turn that resumes a paused plan starts at the
+        plan's ``phase_offset``, so the agent sees ``phase_offset + index``.
+
+        A phase that stops for a cancel settles the cancel itself, right after its partial checkpoint:
+        the ``cancelled`` status and the partial output become visible together, without waiting for
+        the orchestrator to schedule ``finalize``.
+        """
+        limit = self.settings.phase_deadline_seconds
+        deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
+        summary = await self._run_phase(response_id, index, deadline)
+        if summary.get("stop") == "cancelled":
+            await self.settle_cancel(response_id)
+        return summary
+
+    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
         storage = self.storage
         record = await storage.responses.get(response_id)  # carries the control columns too
         control = Control(record.status, record.cancel_requested, record.pending_input_count)
-
         plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
-        if not 0 <= index < len(plan):
+        offset = int(record.doc.get("phase_offset", 0))
+        if not 0 <= offset + index < len(plan):
             raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
-        item_id = new_message_id()
-        for attempt in range(OPEN_ATTEMPTS):
-            # Claim the end of the log. Losing this first append means a zombie copy of this activity
-            # appended since we looked; look again (it may even have finished the phase) and retry.
-            # Once our append lands, the zombie's next append is refused and it stops.
-            # One read gives both the checkpoint of this phase (a re-delivery of a finished phase returns
-            # it and streams nothing) and the items before it (the snapshot of a recovery reset).
-            checkpoints = await storage.items.list_output_items(response_id)
-            if len(checkpoints) > index:
-                existing = checkpoints[index]
-                return self._summary(index, existing, control.cancel_requested, control.pending_input_count,
-                                     stopped=existing.get("status") == "incomplete")
-            if attempt == 0 and (record.status in TERMINAL_STATUSES or control.cancel_requested):
-                return {"index": index, "stop": "cancelled"}
-            if attempt == 0 and control.pending_input_count > 0:
-                return {"index": index, "stop": "steered"}
-            previous = checkpoints[:index]
-            writer = await storage.events.open_writer(response_id)  # last: keep the race window small
-            recovery = not _boundary(writer.last_event, index)
-            opening: list[JsonDict] = []
-            if recovery:
-                if not record.doc.get("background", False):
-                    log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
-                    return {"index": index, "stop": "failed",
-                            "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
-                log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
-                opening.append(ev.response_in_progress(response_object(record, previous, status="in_progress")))
-            opening += ev.phase_opening_events(index, item_id)
-            try:
-                await writer.append(opening)  # flushed at once: the first event of a phase is never delayed
-                break
-            except LostOwnership:
-                await asyncio.sleep(0.01)
-        else:
-            raise LostOwnership(f"could not claim the event log of {response_id} for phase {index}")
 
+        checkpoints = await storage.items.list_output_items(response_id)
+        if len(checkpoints) > index:  # a re-delivery of a finished phase: return it, stream nothing
+            return self._summary(index, checkpoints[index:], control.cancel_requested, control.pending_input_count)
+        if record.status in TERMINAL_STATUSES or control.cancel_requested:
+            return {"index": index, "stop": "cancelled"}
+        if control.pending_input_count > 0:
+            return {"index": index, "stop": "steered"}
+        previous = checkpoints[:index]
+        writer = await storage.events.open_writer(response_id)
+        head, first_index, crashed = await self._head(record, writer, previous)
+        if crashed and not record.doc.get("background", False):
+            log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
+            return {"index": index, "stop": "failed",
+                    "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
+        if head:
+            log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
+
+        request = await self._agent_request(record)
         context = PhaseContext(
-            request=await self._agent_request(record),
+            request=request,
             plan=plan,
-            phase_index=index,
-            is_recovery=recovery,
+            phase_index=offset + index,
+            is_recovery=bool(head),
             output_so_far=previous,
             pending_input_count=control.pending_input_count,
             cancelled=control.cancel_requested,
+            approval=_approval_for(record.doc, offset + index),
         )
-        text, stopped = await self._stream(response_id, writer, context, item_id)
-        status: ItemStatus = "incomplete" if stopped else "completed"
-        item = output_message(item_id, text, status=status)
-        await writer.append(ev.phase_closing_events(index, item_id, text, status))
-        await storage.items.put_output_item(response_id, index, item)
-        log.info("phase done", extra={"response_id": response_id, "phase": index, "chars": len(text),
-                                      "storage_calls": writer.storage_calls})
-        return self._summary(index, item, context.cancelled, context.pending_input_count, stopped=stopped)
+        items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
+        claim = _Claim(self, record, index, writer, head, first_index, previous, items)
+        denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
+        source = _denial(record.doc) if denied else self.agent.run_phase(context)
+        try:
+            stopped, failure, overtime = await self._stream(response_id, claim, context, items, source, deadline)
+        except _Superseded as done:
+            return self._summary(index, done.items, context.cancelled, context.pending_input_count)
+        except Exception as exc:
+            log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
+                        extra={"response_id": response_id, "phase": index})
+            raise
+        if failure is not None:
+            return await self._failed_attempt(response_id, index, record, claim, items, failure)
+
+        status: ItemStatus = "incomplete" if stopped or overtime else "completed"
+        try:
+            closing = items.close(status, ensure_item=True)
+        except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
+            return await self._failed_attempt(response_id, index, record, claim, items, exc)
+        await claim.append(closing)
+        await self._record_phase(record, offset + index, items)
+        if len(items.items) == 1:
+            await storage.items.put_output_item(response_id, index, items.items[0])
+        else:
+            await storage.items.put_output_items(response_id, index, items.items)
+        log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
+                                      "chars": sum(len(text_of(i)) for i in items.items),
+                                      "storage_calls": claim.storage_calls})
+        if overtime:
+            log.warning("phase deadline", extra={"response_id": response_id, "phase": index})
+            seconds = self.settings.phase_deadline_seconds or 0.0
+            return {"index": index, "stop": "failed", "error": {
+                "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
+        return self._summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped)
+
+    async def _head(
+        self, record: ResponseRecord, writer: EventWriter, previous: list[JsonDict]
+    ) -> tuple[list[JsonDict], int, bool]:
+        """What this attempt must append before its first item, the first stream index it may use, and
+        whether the log shows a crash (it ends inside an item, not after a closed one)."""
+        last = writer.last_event
+        if recovery.boundary(last, previous):
+            return [], recovery.next_index_at_boundary(last), False
+        tail = await recovery.scan_tail(self.storage.events, record.response_id, writer.next_sequence_number)
+        reset = ev.response_in_progress(response_object(record, previous, status="in_progress"))
+        crashed = (last or {}).get("type") != ev.OUTPUT_ITEM_DONE
+        return [*tail.closing, reset], tail.last_index + 1, crashed
+
+    async def _failed_attempt(
+        self, response_id: str, index: int, record: ResponseRecord, claim: _Claim, items: PhaseItems,
+        failure: Exception,
+    ) -> JsonDict:
+        """An agent error: close what was streamed (``incomplete``), then answer the orchestrator.
+
+        Transient errors on background runs ask for a retry after ``retry_after`` (the partial item stays
+        in the stream only, closed; the next attempt starts with a recovery reset). Everything else fails
+        the response with the agent's message; what was streamed is kept as its (incomplete) output.
+        """
+        log.warning("phase attempt failed: %s: %s", type(failure).__name__, failure,
+                    extra={"response_id": response_id, "phase": index})
+        message = str(failure)[:1000] or type(failure).__name__
+        code = getattr(failure, "code", None) or "server_error"
+        if claim.appended:
+            await claim.append(items.close("incomplete", ensure_item=False))
+        error = {"code": code, "message": message}
+        if isinstance(failure, TransientAgentError) and record.doc.get("background", False):
+            retry_after = failure.retry_after if failure.retry_after is not None else DEFAULT_RETRY_AFTER_SECONDS
+            return {"index": index, "retry_after": max(0.0, float(retry_after)), "error": error}
+        if items.items:
+            await self.storage.items.put_output_items(response_id, index, items.items)
+        return {"index": index, "stop": "failed", "error": error}
+
+    async def _record_phase(self, record: ResponseRecord, phase: int, items: PhaseItems) -> None:
+        """Before the checkpoint: the model's token counts of this phase, and where a plan paused. Keyed
+        by phase, so a phase that runs again overwrites instead of counting twice."""
+        changes: JsonDict = {}
+        if items.usage:
+            changes[f"usage_{phase}"] = {
+                "input_tokens": sum(u.input_tokens for u in items.usage),
+                "output_tokens": sum(u.output_tokens for u in items.usage),
+                "cached_tokens": sum(u.cached_tokens for u in items.usage),
+                "reasoning_tokens": sum(u.reasoning_tokens for u in items.usage),
+            }
+        if items.approval is not None:
+            changes["paused"] = {"phase": phase, "approval_request_id": items.approval["id"],
+                                 "name": items.approval["name"], "arguments": items.approval["arguments"]}
+        if changes:
+            await self._merge_doc(record.response_id, changes)
+
+    async def _merge_doc(self, response_id: str, changes: JsonDict) -> None:
+        for _ in range(OPEN_ATTEMPTS):
+            current = await self.storage.responses.get(response_id)
+            try:
+                await self.storage.responses.replace(current, doc_changes=changes)
+                return
+            except PreconditionFailed:
+                continue  # a control column changed meanwhile (cancel, steering): read again
+        raise PreconditionFailed(f"could not record the phase of {response_id}")
 
     @staticmethod
-    def _summary(index: int, item: JsonDict, cancelled: bool, pending: int, *, stopped: bool) -> JsonDict:
+    def _summary(index: int, items: Sequence[JsonDict], cancelled: bool, pending: int, *,
+                 stopped: bool | None = None) -> JsonDict:
+        kinds = {item.get("type") for item in items}
+        if stopped is None:
+            stopped = bool(items) and items[-1].get("status") == "incomplete"
         stop = None
-        if cancelled:
+        if "mcp_approval_request" in kinds:
+            stop = "paused"
+        elif "function_call" in kinds:
+            stop = "tool_calls"
+        elif cancelled:
             stop = "cancelled"
         elif pending > 0 or stopped:
             stop = "steered"
-        return {"index": index, "stop": stop, "chars": len(text_of(item))}
+        return {"index": index, "stop": stop, "chars": sum(len(text_of(i)) for i in items)}
 
     async def _stream(
-        self, response_id: str, writer: EventWriter, context: PhaseContext, item_id: str
-    ) -> tuple[str, bool]:
-        """Pump the agent's deltas into the log: batched appends, live control flags, prompt flushes."""
+        self, response_id: str, writer: _Claim, context: PhaseContext, items: PhaseItems,
+        source: AsyncIterator[PhaseOutput], deadline: float | None = None,
+    ) -> tuple[bool, Exception | None, bool]:
+        """Pump the agent's outputs into the log: batched appends, live control flags, prompt flushes.
+
+        Returns (stopped early, the agent's error if it failed, ran past ``deadline``). The first output is
+        appended at once: it claims the log for this attempt.
+        """
         batcher = _Batcher(writer, self.tuning)
-        index = context.phase_index
-        pieces: list[str] = []
         next_control = time.monotonic() + self.tuning.control_interval_s
-        deltas: AsyncIterator[str] = aiter(self.agent.run_phase(context))
-        pending: asyncio.Future[str] | None = None
-        stopped = False
+        outputs = aiter(source)
+        pending: asyncio.Future[PhaseOutput] | None = None
+        stopped = overtime = False
+        failure: Exception | None = None
         try:
             while True:
                 if context.should_stop:
                     stopped = True
                     break
-                pending = asyncio.ensure_future(anext(deltas))
+                pending = asyncio.ensure_future(anext(outputs))
                 while not pending.done():
                     wait = batcher.due_in()
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            overtime = True
+                            break
+                        wait = left if wait is None else min(wait, left)
                     await asyncio.wait({pending}, timeout=wait)
                     if not pending.done():
                         await batcher.flush()  # the agent is slow: do not sit on buffered deltas
+                if overtime:
+                    break
                 try:
-                    delta = pending.result()
+                    output = pending.result()
                 except StopAsyncIteration:
                     pending = None
                     break
+                except (AgentError, AgentOutputError) as exc:
+                    pending, failure = None, exc
+                    break
                 pending = None
-                if delta:
-                    pieces.append(delta)
-                    batcher.add(ev.output_text_delta(item_id, index, 0, delta))
+                try:
+                    events = items.feed(output)
+                except AgentOutputError as exc:
+                    failure = exc
+                    break
+                for event in events:
+                    batcher.add(event)
+                if not writer.appended and events:
+                    await batcher.flush()  # the first output claims the log at once
+                if items.paused:
+                    break  # an approval request ends the phase: nothing after it runs
                 if batcher.full() or batcher.due_in() == 0.0:
                     await batcher.flush()
                 if time.monotonic() >= next_control:
@@ -257,56 +427,121 @@ class Engine:
                     control = await self.storage.responses.get_control(response_id)
                     context.cancelled = control.cancel_requested or control.status == "cancelled"
                     context.pending_input_count = control.pending_input_count
+                if deadline is not None and time.monotonic() >= deadline:
+                    overtime = True
+                    break
             await batcher.flush()
         finally:
-            if pending is not None and not pending.done():
+            if pending is not None:
+                # Let a cancelled ``anext`` settle (bounded: an agent may swallow the cancellation), so the
+                # generator is no longer running when it is closed; retrieve its outcome (no "exception was
+                # never retrieved" noise).
                 pending.cancel()
-            closer = getattr(deltas, "aclose", None)
+                await asyncio.wait({pending}, timeout=PENDING_SETTLE_S)
+                if pending.done() and not pending.cancelled():
+                    pending.exception()
+            closer = getattr(outputs, "aclose", None)
             if closer is not None:
                 try:
-                    await closer()
+                    await closer()  # runs the agent's finally blocks: a model stream is closed here
                 except Exception:  # an agent's cleanup error must not lose the phase
                     log.exception("agent generator close failed")
-        return "".join(pieces), stopped
+        return stopped, failure, overtime
 
     # -------------------------------------------------------------- finalize
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent)."""
         storage = self.storage
         output = await storage.items.list_output_items(response_id)
-        wanted = str(outcome.get("status", "completed"))
         try:
-            record = await storage.responses.get(response_id)
+            record = await self._conclude(response_id, output, str(outcome.get("status", "completed")),
+                                          outcome.get("error"))
         except NotFound:  # already delivered and forgotten (store=false) or purged: nothing left to do
+            await self._leave_index(response_id)
             return {"status": "gone"}
-        changes: JsonDict = {
-            "completed_at": int(time.time()),
-            "usage": usage_for(self._input_tokens(record), sum(estimate_tokens(text_of(i)) for i in output)),
-        }
-        if wanted == "failed":
-            changes["error"] = outcome.get("error") or {"code": "server_error", "message": "The response failed."}
-        try:
-            record = await storage.responses.transition(
-                response_id, wanted, allowed_from=ACTIVE_STATUSES, doc_changes=changes
-            )
-        except InvalidTransition:
-            record = await storage.responses.get(response_id)  # a cancel (or an earlier finalize) won
         terminal = _terminal_event(record, output)
+        ended = False
         for _ in range(5):
             try:
                 writer = await storage.events.open_writer(response_id)
-                if (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
-                    break
-                await writer.append([terminal])
+                if (writer.last_event or {}).get("type") not in ev.TERMINAL_EVENT_TYPES:
+                    await writer.append([terminal])
+                ended = True
                 break
             except LostOwnership:
                 continue  # a zombie phase appended meanwhile; re-read the end and try again
+        if ended:
+            await self._leave_index(response_id)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
 
+    async def _leave_index(self, response_id: str) -> None:
+        """The run is over: drop it from the index the repair path watches. Best effort: a leftover entry
+        costs the repair path one look, after which it removes the entry itself."""
+        try:
+            await self.storage.active.remove(response_id)
+        except Exception:
+            log.warning("could not drop the response from the active index", extra={"response_id": response_id})
+
+    # --------------------------------------------------------------- inspect
+    async def inspect(self, response_id: str) -> JsonDict:
+        """Whether a response's run is over: a terminal status *and* its terminal event in the log (a
+        cancelled run still writes its partial item and terminal event after the status changed).
+        A response that no longer exists (deleted, forgotten, purged) is over too."""
+        try:
+            status = (await self.storage.responses.get_control(response_id)).status
+        except NotFound:
+            return {"status": "gone", "over": True}
+        return {"status": status, "over": status in TERMINAL_STATUSES and await log_ended(self.storage.events,
+                                                                                       response_id)}
+
+    async def settle_cancel(self, response_id: str) -> None:
+        """Set ``cancelled`` once the run has stopped and its output is checkpointed (no-op when a
+        terminal status is already set). Finalize still appends the terminal event."""
+        output = await self.storage.items.list_output_items(response_id)
+        try:
+            record = await self._conclude(response_id, output, "cancelled", None)
+        except NotFound:
+            return
+        log.info("cancel settled", extra={"response_id": response_id, "status": record.status,
+                                          "items": len(output)})
+
+    async def _conclude(self, response_id: str, output: Sequence[JsonDict], wanted: str,
+                        error: JsonDict | None) -> ResponseRecord:
+        """The one terminal transition (ETag CAS from an active status; a terminal status already set
+        stays). A raised cancel flag turns any outcome into ``cancelled``: the flag is set by a CAS that
+        only succeeds on an active row, so either it landed first and the cancel wins here, or this
+        transition landed first and the cancel is refused (R5)."""
+        responses = self.storage.responses
+        for _ in range(_CONCLUDE_ATTEMPTS):
+            record = await responses.get(response_id)
+            if record.status not in ACTIVE_STATUSES:
+                return record  # a cancel (or an earlier finalize) won
+            status = "cancelled" if record.cancel_requested else wanted
+            changes: JsonDict = {"completed_at": int(time.time()), "usage": self._usage(record, output)}
+            if status == "failed":
+                changes["error"] = error or {"code": "server_error", "message": "The response failed."}
+            try:
+                return await responses.replace(record, status=status, doc_changes=changes)
+            except PreconditionFailed:
+                continue  # the row changed (a cancel flag, a pending-input count): decide again
+        raise PreconditionFailed(f"response {response_id!r}: the terminal transition kept losing the CAS")
+
     @staticmethod
-    def _input_tokens(record: ResponseRecord) -> int:
-        return estimate_tokens(str(record.doc.get("instructions") or "")) + int(record.doc.get("input_chars", 0)) // 4
+    def _usage(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:
+        """The model's own token counts, added up over the phases, when an agent reported them; an
+        estimate (about four characters a token) when none did (the offline agent)."""
+        reported = [v for k, v in record.doc.items() if k.startswith("usage_") and isinstance(v, dict)]
+        if reported:
+            return usage_for(
+                sum(int(u.get("input_tokens", 0)) for u in reported),
+                sum(int(u.get("output_tokens", 0)) for u in reported),
+                cached_tokens=sum(int(u.get("cached_tokens", 0)) for u in reported),
+                reasoning_tokens=sum(int(u.get("reasoning_tokens", 0)) for u in reported),
+            )
+        estimated_input = estimate_tokens(str(record.doc.get("instructions") or "")) + int(
+            record.doc.get("input_chars", 0)) // 4
+        return usage_for(estimated_input, sum(estimate_tokens(text_of(i)) for i in output))
 
     # --------------------------------------------------------------- helpers
     async def _agent_request(self, record: ResponseRecord) -> AgentRequest:
@@ -318,7 +553,9 @@ class Engine:
             instructions=record.doc.get("instructions"),
             input_items=items,
             history=history,
-            metadata=dict(record.doc.get("metadata") or {}),
+            metadata=dict(record.doc.get("agent_metadata") or record.doc.get("metadata") or {}),
+            tools=list(record.doc.get("tools") or []),
+            tool_choice=record.doc.get("tool_choice") or "auto",
         )
 
     async def _all_input_items(self, response_id: str) -> list[JsonDict]:
@@ -350,6 +587,95 @@ class Engine:
         for earlier_turn in reversed(turns):
             history += list(earlier_turn)
         return history
+
+
+class _Superseded(Exception):
+    """Another attempt of the same phase checkpointed it while this one waited for its first output."""
+
+    def __init__(self, items: list[JsonDict]) -> None:
+        super().__init__("phase already checkpointed")
+        self.items = items
+
+
+class _Claim:
+    """This attempt's writer. Its first append carries the recovery head and so claims the log.
+
+    Losing the first append means another writer appended since we looked (a zombie, or another
+    delivery of this phase): look again. The phase may be checkpointed already (then this attempt is
+    superseded); otherwise build a new head and move this attempt's stream indexes past the ones the
+    other writer used. Once an append lands, a later loss means this attempt is the zombie: it raises.
+    """
+
+    def __init__(self, engine: Engine, record: ResponseRecord, index: int, writer: EventWriter,
+                 head: list[JsonDict], first_index: int, previous: list[JsonDict], items: PhaseItems) -> None:
+        self._engine = engine
+        self._record = record
+        self._index = index
+        self._writer = writer
+        self._head = head
+        self._first_index = first_index
+        self._previous = previous
+        self._items = items
+        self.appended = False
+
+    @property
+    def storage_calls(self) -> int:
+        return self._writer.storage_calls
+
+    async def append(self, events: Sequence[JsonDict]) -> int | None:
+        if not events:
+            return None
+        if self.appended:
+            return await self._writer.append(events)
+        storage = self._engine.storage
+        rid = self._record.response_id
+        batch = list(events)
+        for _ in range(OPEN_ATTEMPTS):
+            try:
+                last = await self._writer.append([*self._head, *batch])
+                self.appended = True
+                return last
+            except LostOwnership:
+                checkpoints = await storage.items.list_output_items(rid)
+                if len(checkpoints) > self._index:
+                    raise _Superseded(checkpoints[self._index:]) from None
+                self._writer = await storage.events.open_writer(rid)
+                self._head, first, _ = await self._engine._head(self._record, self._writer, self._previous)
+                shift = first - self._first_index
+                self._first_index = first
+                self._items.shift(shift)
+                batch = [_shifted(event, shift) for event in batch]
+                await asyncio.sleep(0.01)
+        raise LostOwnership(f"could not claim the event log of {rid} for phase {self._index}")
+
+
+def _shifted(event: JsonDict, by: int) -> JsonDict:
+    index = event.get("output_index")
+    return {**event, "output_index": index + by} if isinstance(index, int) and by else event
+
+
+def _approval_for(doc: JsonDict, phase: int) -> Approval | None:
+    """The approval a resumed turn carries, for the phase that asked (the first one it runs)."""
+    resume = doc.get("resume")
+    if not resume or not resume.get("approve") or phase != int(doc.get("phase_offset", 0)):
+        return None
+    return Approval(str(resume["approval_request_id"]), True, resume.get("reason"))
+
+
+async def _denial(doc: JsonDict) -> AsyncIterator[PhaseOutput]:
+    """The one phase of a turn whose approval request was denied: a short message, no agent code."""
+    resume = doc["resume"]
+    reason = resume.get("reason")
+    yield f"Not approved: {resume.get('name') or 'the next step'} was not run" + (f" ({reason})." if reason else ".")
+
+
+async def log_ended(events: EventLog, response_id: str) -> bool:
+    """True when the event log ends with a terminal event (or there is no log any more)."""
+    try:
+        writer = await events.open_writer(response_id)
+    except NotFound:
+        return True
+    return (writer.last_event or {}).get("type") in ev.TERMINAL_EVENT_TYPES
 
 
 def _previous_turn(record: ResponseRecord) -> str | None:

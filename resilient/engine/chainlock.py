@@ -8,6 +8,7 @@ an entity that throws poisons the caller's orchestration.
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypedDict
 
 
@@ -62,7 +63,13 @@ def remove(state: ChainState, response_id: str) -> tuple[ChainState, dict[str, A
 
 
 def apply(operation: str, state: ChainState, payload: Any) -> tuple[ChainState, dict[str, Any]]:
-    """Dispatch one entity operation; unknown operations and bad payloads are answered, not raised."""
+    """Dispatch one entity operation; unknown operations and bad payloads are answered, not raised.
+    A payload may arrive as JSON text (a client's ``signal_entity`` encodes its input once more)."""
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            payload = None
     response_id = payload.get("response_id") if isinstance(payload, dict) else None
     if operation == "get":
         return state, {"active": state["active"], "queue": list(state["queue"])}

@@ -1,145 +1,329 @@
 """The deterministic orchestrator: one orchestration instance per response (instance id = response id).
 
 It is a plain generator over a Durable orchestration context and does no I/O, reads no clock and makes no
-random ids: everything that touches the world is an activity, so a replay after a crash takes the same
-path and the Durable runtime re-delivers only the activity that was in flight.
+random ids: everything that touches the world is an activity, so a replay takes the same path.
 
 What goes into history is small on purpose (ids, indexes, status words): items and events live in
 storage, never in orchestration history.
 
 Flow::
 
-    [acquire chain lock → (queued: wait for lock_granted | cancel)]
+    [repair execution: inspect → already ended? finalize, leave the chain, stop]
+    [acquire chain lock → (queued: wait for lock_granted | cancel | recheck timer)]
     plan → run_phase(0) → … → run_phase(n-1) → finalize → [release lock → wake next turn]
 
-Transient activity failures are retried here (a timer, then the same activity again) rather than with
-``call_activity_with_retry``, so the retry policy is visible, replay-tested and identical on every host.
+Failures, and why each is handled here rather than with ``call_activity_with_retry``: the policy is visible,
+replay-tested and identical on every host, and it can tell two kinds of failure apart.
+
+* An activity that *raised* gets a few attempts after short durable timers (2 s, 4 s, …).
+* An activity whose *worker died* (the real host records it as ``TaskFailed``, it never re-delivers it; see
+  :mod:`resilient.engine.failures`) is retried after a timer that covers the worker's restart, under a
+  separate crash budget per step and per run. A run that keeps killing its worker ends ``failed``.
+
+Every step is failure-safe: whatever fails, the run ends with one terminal status and the chain lock is
+handed on. What each step does when it fails (see also docs/RELIABILITY.md):
+
+============== ====================================================================================
+step           when it keeps failing
+============== ====================================================================================
+inspect        (repair executions) treated as "still running": the normal path follows
+acquire        the run is finalized ``failed`` and leaves the queue (``remove``; a grant it may have
+               got is passed on)
+mark_queued    ignored: ``response.queued`` is informational
+wait for grant bounded by a timer: re-``acquire`` (idempotent, so a lost ``lock_granted`` is healed) and
+               inspect the holder; a holder whose run is over is released on its behalf
+plan/run_phase the run is finalized ``failed``
+finalize       the lock is still released; the orchestration ends with ``status: unfinalized`` and the
+               repair path (:mod:`resilient.engine.repair`) restarts it because the row is still active
+release/remove ignored: the next turn's holder inspection frees the lock
+wake_next_turn ignored: the woken turn's recheck timer finds the lock granted to it
+============== ====================================================================================
+
+An exception that escapes anyway (a bug, or the worker dying during an orchestrator episode, which the
+real host records as a Failed orchestration) is healed by the repair path: it starts a new execution with
+the same instance id, which resumes from the stored checkpoints.
+
+A phase whose agent hit a transient error (a model's 429 or 5xx) answers ``{"retry_after": s}``: the
+orchestrator waits that long on a durable timer (at most MODEL_WAIT_CAP_SECONDS per wait, and
+MODEL_WAIT_BUDGET_SECONDS per phase) and runs the phase again; past the budget the response fails with
+the agent's error. A turn that ends with function calls or an approval request completes
+(``stop: "tool_calls"`` / ``"paused"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import azure.durable_functions as df
+
+from resilient.engine.failures import is_worker_lost, reason_line
 
 PLAN = "plan_response"
 RUN_PHASE = "run_phase"
 FINALIZE = "finalize_response"
 MARK_QUEUED = "mark_queued"
 WAKE_NEXT = "wake_next_turn"
+INSPECT = "inspect_response"
 CHAIN_LOCK_ENTITY = "chain_lock"
 LOCK_GRANTED_EVENT = "lock_granted"
 CANCEL_EVENT = "cancel"
 
+# Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
 FINALIZE_ATTEMPTS = 6
+STEP_ATTEMPTS = 3
+ENTITY_ATTEMPTS = 3
 RETRY_BASE_SECONDS = 2
+# Worker lost (crash, timeout, worker not started yet): the first retry waits about one worker restart.
+CRASH_RETRY_SECONDS = (3, 6, 12, 24, 30)
+CRASH_RETRIES_PER_STEP = len(CRASH_RETRY_SECONDS)
+RUN_CRASH_BUDGET = 10  # worker losses over plan + all phases of one run
+# A queued turn re-checks the lock after these waits (then every last one): heals lost grants.
+LOCK_RECHECK_SECONDS = (15, 30, 60, 120, 300)
+# A phase answering ``retry_after`` (the model is rate-limited or down for a moment).
+MODEL_WAIT_CAP_SECONDS = 300.0
+MODEL_WAIT_BUDGET_SECONDS = 900.0
+MODEL_WAIT_MIN_SECONDS = 1.0
+
+TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete", "gone"})
+
+JsonDict = dict[str, Any]
 
 
-def _retry_delay(context: Any, attempt: int) -> Any:
-    """Exponential backoff timer (2 s, 4 s, 8 s, …) from the orchestration's own replay-safe clock."""
-    return context.create_timer(context.current_utc_datetime + timedelta(seconds=RETRY_BASE_SECONDS**(attempt + 1)))
+class WorkerLost(Exception):
+    """The crash budget of a step or run is spent: the worker kept dying while running it."""
 
 
-def _call_with_retries(context: Any, name: str, payload: Any, attempts: int) -> Generator[Any, Any, Any]:
-    """Call an activity, retrying failures after a durable timer; re-raise the last failure."""
-    for attempt in range(attempts):
-        try:
-            result = yield context.call_activity(name, payload)
-            return result
-        except Exception:
-            if attempt + 1 >= attempts:
-                raise
-            yield _retry_delay(context, attempt)
-    raise AssertionError("unreachable")
-
-
-def _failure(message: str) -> dict[str, Any]:
+def _failure(message: str) -> JsonDict:
     return {"status": "failed", "error": {"code": "server_error", "message": message[:500]}}
 
 
-def _reason(exc: Exception) -> str:
-    """The reason line of an activity failure. Durable builds the exception as ``"<reason> \\n <details>"``
-    and the details are the worker's traceback: it must not reach clients in ``error.message``."""
-    return str(exc).split("\n", 1)[0].strip() or type(exc).__name__
+def _stop_failed(result: JsonDict) -> JsonDict:
+    return {"status": "failed", "error": result.get("error") or {"code": "server_error", "message": "failed"}}
 
 
-def _outcome_of_stop(stop: dict[str, Any]) -> dict[str, Any]:
-    reason = stop.get("stop")
-    if reason == "cancelled":
-        return {"status": "cancelled"}
-    if reason == "steered":
-        return {"status": "completed", "steered": True}
-    if reason == "failed":
-        return {"status": "failed", "error": stop.get("error") or {"code": "server_error", "message": "failed"}}
-    return {"status": "completed"}
+# What a ``stop`` word in a plan/run_phase result means for the run. Unknown words end the run completed.
+STOP_OUTCOMES: dict[str, Callable[[JsonDict], JsonDict]] = {
+    "cancelled": lambda result: {"status": "cancelled"},
+    "steered": lambda result: {"status": "completed", "steered": True},
+    "paused": lambda result: {"status": "completed", "ended": "paused"},  # waits for an approval answer
+    "tool_calls": lambda result: {"status": "completed", "ended": "tool_calls"},  # waits for tool outputs
+    "failed": _stop_failed,
+}
 
 
-def response_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
-    """Drive one response phase by phase. Input: ``{"response_id": str, "chain_id": str | None}``."""
-    args = context.get_input() or {}
-    response_id = str(args["response_id"])
-    chain_id = args.get("chain_id")
-    lock = None
-    holds_lock = False
+def outcome_of_stop(result: JsonDict) -> JsonDict:
+    handler = STOP_OUTCOMES.get(str(result.get("stop")))
+    return handler(result) if handler is not None else {"status": "completed"}
 
-    if chain_id:
-        lock = df.EntityId(CHAIN_LOCK_ENTITY, str(chain_id))
-        answer = yield context.call_entity(lock, "acquire", {"response_id": response_id})
-        if answer.get("state") == "queued":
-            context.set_custom_status({"response_id": response_id, "state": "queued"})
-            yield context.call_activity(MARK_QUEUED, {"response_id": response_id})
-            granted = context.wait_for_external_event(LOCK_GRANTED_EVENT)
-            cancelled = context.wait_for_external_event(CANCEL_EVENT)
-            winner = yield context.task_any([granted, cancelled])
-            if winner is cancelled:
-                # S4: leave the queue; the running turn is untouched. A grant that raced the cancel is
-                # handed on by the entity's remove operation (it answers with the next turn to wake).
-                removal = yield context.call_entity(lock, "remove", {"response_id": response_id})
-                final = yield from _finalize(context, response_id, {"status": "cancelled"})
-                yield from _wake(context, removal)
-                return final
-        holds_lock = True
 
-    outcome: dict[str, Any] = {"status": "completed"}
-    try:
-        plan = yield from _call_with_retries(context, PLAN, {"response_id": response_id}, PHASE_ATTEMPTS)
-        if plan.get("stop"):
-            outcome = _outcome_of_stop(plan)
-        else:
+@dataclass
+class _Run:
+    """One execution's state and its failure-safe steps (generators to ``yield from``)."""
+
+    context: Any
+    response_id: str
+    chain_id: str | None
+    crashes: int = 0
+
+    @property
+    def lock(self) -> Any:
+        return df.EntityId(CHAIN_LOCK_ENTITY, str(self.chain_id)) if self.chain_id else None
+
+    def timer(self, seconds: float) -> Any:
+        return self.context.create_timer(self.context.current_utc_datetime + timedelta(seconds=seconds))
+
+    def call(self, name: str, payload: JsonDict, attempts: int, *, run_budget: bool = False
+             ) -> Generator[Any, Any, Any]:
+        """Call an activity; retry ordinary failures ``attempts`` times and lost workers under the crash
+        budget (per step, and per run when ``run_budget``). Re-raise once a budget is spent."""
+        failures = crashes = 0
+        while True:
+            try:
+                return (yield self.context.call_activity(name, payload))
+            except Exception as error:
+                if is_worker_lost(error):
+                    crashes += 1
+                    if run_budget:
+                        self.crashes += 1
+                    if crashes > CRASH_RETRIES_PER_STEP or (run_budget and self.crashes > RUN_CRASH_BUDGET):
+                        raise WorkerLost(
+                            f"The worker process stopped {self.crashes if run_budget else crashes} times while "
+                            f"running this response ({name}); it was not retried again.") from error
+                    yield self.timer(CRASH_RETRY_SECONDS[crashes - 1])
+                else:
+                    failures += 1
+                    if failures >= attempts:
+                        raise
+                    yield self.timer(RETRY_BASE_SECONDS**failures)
+
+    def try_call(self, name: str, payload: JsonDict, attempts: int = STEP_ATTEMPTS
+                 ) -> Generator[Any, Any, JsonDict | None]:
+        """A step whose failure the run survives: the result, or None once its retries are spent."""
+        try:
+            result = yield from self.call(name, payload, attempts)
+        except Exception:
+            return None
+        return result if isinstance(result, dict) else {}
+
+    def entity(self, operation: str, response_id: str | None = None) -> Generator[Any, Any, JsonDict | None]:
+        """One chain-lock operation, retried; None if it keeps failing. (The host retries an entity batch
+        whose worker died, so a failure here is an entity error, which ours never raises.)"""
+        for attempt in range(ENTITY_ATTEMPTS):
+            try:
+                answer = yield self.context.call_entity(self.lock, operation,
+                                                        {"response_id": response_id or self.response_id})
+                return answer if isinstance(answer, dict) else {}
+            except Exception:
+                if attempt + 1 < ENTITY_ATTEMPTS:
+                    yield self.timer(RETRY_BASE_SECONDS ** (attempt + 1))
+        return None
+
+    def wake(self, answer: JsonDict | None) -> Generator[Any, Any, None]:
+        """Hand the chain lock to the next queued turn named in a release/remove answer."""
+        next_id = answer.get("next") if isinstance(answer, dict) else None
+        if next_id:
+            yield from self.try_call(WAKE_NEXT, {"response_id": str(next_id)}, FINALIZE_ATTEMPTS)
+
+    def finalize(self, outcome: JsonDict) -> Generator[Any, Any, JsonDict]:
+        """Terminal status and event (idempotent). Never raises: the lock must be handed on regardless."""
+        try:
+            final = yield from self.call(FINALIZE, {"response_id": self.response_id, **outcome}, FINALIZE_ATTEMPTS)
+        except Exception as error:  # storage gone for minutes: the repair path finishes it later
+            final = {"status": "unfinalized", "error": reason_line(error)[:300]}
+        final = final if isinstance(final, dict) else {}
+        self.context.set_custom_status({"response_id": self.response_id, "status": final.get("status")})
+        return final
+
+    def leave_chain(self) -> Generator[Any, Any, None]:
+        """Leave the chain for good: out of the queue, or, if the lock is ours, hand it on."""
+        if self.lock is not None:
+            removal = yield from self.entity("remove")
+            yield from self.wake(removal)
+
+    def take_lock(self) -> Generator[Any, Any, str]:
+        """Acquire the chain lock, waiting in the queue if another turn holds it.
+        Returns ``granted``, ``cancelled`` (a cancel came while queued) or ``failed``."""
+        answer = yield from self.entity("acquire")
+        if answer is None:
+            return "failed"
+        if answer.get("state") != "queued":
+            return "granted"
+        self.context.set_custom_status({"response_id": self.response_id, "state": "queued"})
+        yield from self.try_call(MARK_QUEUED, {"response_id": self.response_id})
+        # Created once and re-used by every round: a second waiter for the same event would split the events.
+        granted = self.context.wait_for_external_event(LOCK_GRANTED_EVENT)
+        cancelled = self.context.wait_for_external_event(CANCEL_EVENT)
+        rounds = 0
+        while True:
+            recheck = self.timer(LOCK_RECHECK_SECONDS[min(rounds, len(LOCK_RECHECK_SECONDS) - 1)])
+            winner = yield self.context.task_any([granted, cancelled, recheck])
+            if winner is not recheck:
+                if not recheck.is_completed:  # both may land in one episode; cancelling a fired timer raises
+                    recheck.cancel()
+                return "granted" if winner is granted else "cancelled"
+            rounds += 1
+            if (yield from self.recheck_lock()):
+                return "granted"
+
+    def recheck_lock(self) -> Generator[Any, Any, bool]:
+        """No grant came for a while. Ask again (``acquire`` is idempotent: a grant whose event was lost
+        answers ``granted`` now); if the holder's run is over but it never released (its orchestration died
+        after finalize), release on its behalf. True when the lock is ours."""
+        answer = yield from self.entity("acquire")
+        if answer is None:
+            return False
+        if answer.get("state") == "granted":
+            return True
+        holder = answer.get("active")
+        if not holder or holder == self.response_id:
+            return False
+        verdict = yield from self.try_call(INSPECT, {"response_id": str(holder)})
+        if not (verdict and verdict.get("over")):
+            return False
+        released = yield from self.entity("release", str(holder))  # a no-op if the holder released meanwhile
+        next_id = released.get("next") if released else None
+        if next_id == self.response_id:
+            return True
+        yield from self.wake(released)
+        return False
+
+    def run_phase(self, index: int) -> Generator[Any, Any, JsonDict]:
+        """Run one phase; when it answers ``retry_after``, wait on a durable timer and run it again, within
+        the per-phase wait budget (then it is a failure carrying the phase's error)."""
+        payload = {"response_id": self.response_id, "index": index}
+        waited = 0.0
+        while True:
+            result: JsonDict = yield from self.call(RUN_PHASE, payload, PHASE_ATTEMPTS, run_budget=True)
+            if result.get("retry_after") is None:
+                return result
+            wait = min(max(float(result["retry_after"]), MODEL_WAIT_MIN_SECONDS), MODEL_WAIT_CAP_SECONDS)
+            error = result.get("error") or {"code": "server_error", "message": "The model kept failing."}
+            if waited + wait > MODEL_WAIT_BUDGET_SECONDS:
+                return {"index": index, "stop": "failed", "error": error}
+            self.context.set_custom_status({"response_id": self.response_id, "phase": index,
+                                            "waiting_seconds": wait})
+            yield self.timer(wait)
+            waited += wait
+
+    def work(self) -> Generator[Any, Any, JsonDict]:
+        """Plan, then run each phase. Never raises: a failure becomes a ``failed`` outcome."""
+        rid = self.response_id
+        try:
+            plan = yield from self.call(PLAN, {"response_id": rid}, PHASE_ATTEMPTS, run_budget=True)
+            if plan.get("stop"):
+                return outcome_of_stop(plan)
             phases = int(plan["phases"])
             for index in range(phases):
-                context.set_custom_status({"response_id": response_id, "phase": index, "phases": phases})
-                result = yield from _call_with_retries(
-                    context, RUN_PHASE, {"response_id": response_id, "index": index}, PHASE_ATTEMPTS
-                )
+                self.context.set_custom_status({"response_id": rid, "phase": index, "phases": phases})
+                result = yield from self.run_phase(index)
                 if result.get("stop"):
-                    outcome = _outcome_of_stop(result)
-                    break
-    except Exception as exc:  # an activity failed after its retries
-        outcome = _failure(f"phase failed: {_reason(exc)}")
+                    return outcome_of_stop(result)
+        except WorkerLost as error:
+            return _failure(str(error))
+        except Exception as error:  # an activity failed after its retries
+            return _failure(f"phase failed: {reason_line(error)}")
+        return {"status": "completed"}
 
-    try:
-        final = yield from _finalize(context, response_id, outcome)
-    except Exception as exc:  # storage gone for minutes: still hand the chain on, never leak the lock
-        final = {"status": "unfinalized", "error": str(exc)[:300]}
-    if holds_lock and lock is not None:
-        released = yield context.call_entity(lock, "release", {"response_id": response_id})
-        yield from _wake(context, released)
+
+def response_orchestrator(context: Any) -> Generator[Any, Any, JsonDict]:
+    """Drive one response phase by phase.
+
+    Input: ``{"response_id": str, "chain_id": str | None, "repair": int?}``; ``repair`` marks an execution
+    started by the repair path over a Failed/Terminated/missing one (see :mod:`resilient.engine.repair`).
+    """
+    args = context.get_input() or {}
+    chain_id = args.get("chain_id")
+    run = _Run(context, str(args["response_id"]), str(chain_id) if chain_id else None)
+
+    if args.get("repair"):
+        verdict = yield from run.try_call(INSPECT, {"response_id": run.response_id})
+        if verdict is not None and verdict.get("status") in TERMINAL:
+            # The run already ended (its orchestration died later): write what is missing, hand the chain on.
+            final = yield from run.finalize(_failure("The run ended before its orchestration could finish."))
+            yield from run.leave_chain()
+            return final
+
+    if run.lock is not None:
+        got = yield from run.take_lock()
+        if got == "cancelled":
+            # S4: leave the queue; the running turn is untouched. A grant that raced the cancel is
+            # handed on by the entity's remove operation (it answers with the next turn to wake).
+            removal = yield from run.entity("remove")
+            final = yield from run.finalize({"status": "cancelled"})
+            yield from run.wake(removal)
+            return final
+        if got == "failed":
+            final = yield from run.finalize(_failure("The conversation's lock could not be taken."))
+            yield from run.leave_chain()
+            return final
+
+    outcome = yield from run.work()
+    final = yield from run.finalize(outcome)
+    if run.lock is not None:
+        released = yield from run.entity("release")
+        yield from run.wake(released)
     return final
-
-
-def _finalize(context: Any, response_id: str, outcome: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
-    payload = {"response_id": response_id, **outcome}
-    final: dict[str, Any] = yield from _call_with_retries(context, FINALIZE, payload, FINALIZE_ATTEMPTS)
-    context.set_custom_status({"response_id": response_id, "status": final.get("status")})
-    return final
-
-
-def _wake(context: Any, answer: Any) -> Generator[Any, Any, None]:
-    """Hand the chain lock to the next queued turn (an activity raises ``lock_granted`` on it)."""
-    next_id = answer.get("next") if isinstance(answer, dict) else None
-    if next_id:
-        yield from _call_with_retries(context, WAKE_NEXT, {"response_id": next_id}, FINALIZE_ATTEMPTS)

@@ -35,4 +35,6 @@ def response_object(
         incomplete_details=doc.get("incomplete_details"),
         usage=doc.get("usage"),
         completed_at=doc.get("completed_at"),
+        tools=doc.get("tools"),
+        tool_choice=doc.get("tool_choice") or "auto",
     )

@@ -14,6 +14,7 @@ import azure.durable_functions as df
 
 from resilient.engine import chainlock, orchestrator
 from resilient.functions import runtime
+from resilient.functions.client import repairer
 
 
 def _args(payload: Any) -> dict[str, Any]:
@@ -52,6 +53,18 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
     async def mark_queued(payload: Any) -> dict[str, Any]:
         args = _args(payload)
         return await (await runtime.engine()).mark_queued(str(args["response_id"]))
+
+    @bp.activity_trigger(input_name="payload", activity=orchestrator.INSPECT)
+    @bp.durable_client_input(client_name="client")
+    async def inspect_response(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:
+        """Whether a response's run is over. If it is not, the repair path also checks (throttled) that its
+        orchestration is alive: a queued turn inspecting the lock holder thus restarts a dead holder."""
+        args = _args(payload)
+        engine = await runtime.engine()
+        verdict = await engine.inspect(str(args["response_id"]))
+        if not verdict.get("over"):
+            await repairer(client, engine).nudge(str(args["response_id"]))
+        return verdict
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.WAKE_NEXT)
     @bp.durable_client_input(client_name="client")

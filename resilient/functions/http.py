@@ -9,35 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Response, StreamingResponse
 
 from resilient.functions import runtime
-from resilient.http.service import ORCHESTRATOR_NAME, HttpResult, ResponsesService, guarded
+from resilient.functions.client import ClientRuntime, repairer
+from resilient.http.service import HttpResult, ResponsesService, guarded
 from resilient.settings import Settings
 
 log = logging.getLogger("resilient.http")
 
 
-class ClientRuntime:
-    """The :class:`~resilient.http.service.DurableRuntime` port over the Durable client binding."""
-
-    def __init__(self, client: df.DurableOrchestrationClient) -> None:
-        self._client = client
-
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
-        await self._client.start_new(ORCHESTRATOR_NAME, instance_id=instance_id, client_input=payload)
-
-    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
-        await self._client.raise_event(instance_id, name, data)
-
-
 async def _service(client: df.DurableOrchestrationClient) -> ResponsesService:
     engine = await runtime.engine()
-    return ResponsesService(engine.storage, ClientRuntime(client), engine.settings)
+    return ResponsesService(engine.storage, ClientRuntime(client), engine.settings,
+                            repairer=repairer(client, engine))
 
 
 def _to_response(result: HttpResult) -> Response:

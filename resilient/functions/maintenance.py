@@ -1,4 +1,4 @@
-"""Maintenance bindings: the timer-triggered retention clean-up."""
+"""Maintenance bindings: the timer-triggered retention clean-up and repair sweep."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import azure.functions as func
 
 from resilient.engine.retention import purge_expired
 from resilient.functions import runtime
+from resilient.functions.client import repairer
 
 log = logging.getLogger("resilient.retention")
 
 CLEANUP_SCHEDULE = "0 */15 * * * *"  # every 15 minutes (NCRONTAB with seconds)
+REPAIR_SCHEDULE = "30 * * * * *"  # every minute, at second 30
 
 
 def maintenance_blueprint() -> df.Blueprint:
@@ -30,5 +32,15 @@ def maintenance_blueprint() -> df.Blueprint:
         purged = await purge_expired(engine.storage, retention_minutes=engine.settings.replay_retention_minutes,
                                      now_epoch_seconds=time.time(), purge_history=purge_history)
         log.info("cleanup_expired ran", extra={"purged": len(purged), "past_due": timer.past_due})
+
+    @bp.timer_trigger(schedule=REPAIR_SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
+    @bp.durable_client_input(client_name="client")
+    async def repair_stuck_runs(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+        """Resume runs whose orchestration died (Failed, Terminated, missing) while their row is unfinished.
+        Runs on one instance at a time (timer triggers hold a singleton lock)."""
+        verdicts = await repairer(client, await runtime.engine()).sweep()
+        repaired = sum(v.action in ("restarted", "gave_up") for v in verdicts)
+        log.info("repair_stuck_runs ran", extra={"checked": len(verdicts), "repaired": repaired,
+                                                 "past_due": timer.past_due})
 
     return bp

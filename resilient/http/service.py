@@ -6,9 +6,15 @@ the tiny :class:`DurableRuntime` port, so the same logic runs under ``func start
 unit tests.
 
 Ordering rules that make crashes harmless:
-* create: input items, response row and event log (``response.created``) are written together, then the
-  orchestration starts. A crash before the start leaves a ``queued`` row that nothing runs; the client got
-  no 2xx, so it retries and gets a new response (ids are never reused).
+* create: input items, response row, event log (``response.created``) and the entry in the index of
+  unfinished runs are written together, then the orchestration starts. A crash before the start leaves a
+  ``queued`` row without an orchestration; the client got no 2xx, so it retries and gets a new response
+  (ids are never reused), and the repair path starts the orphan after its grace period, so it never stays
+  ``queued`` (see :mod:`resilient.engine.repair`).
+* a read of an unfinished response (``GET``, or a stream that sees no progress) asks the repair path to
+  check its orchestration, throttled per response; a run whose orchestration died resumes.
+* streams end cleanly before the host's ``functionTimeout`` (``Settings.stream_limit_seconds``): a timeout
+  would restart the worker and kill every run in it; the client reconnects with ``starting_after``.
 * every event a client sees is read back from the event log (R1), so a live stream and a replay are the
   same bytes.
 """
@@ -23,9 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from resilient.engine import orchestrator as orch
+from resilient.engine.repair import DurableControl, Repairer
 from resilient.engine.snapshot import response_object
+from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.streaming import tail_events
-from resilient.ids import RESPONSE_PREFIX, InvalidId, new_message_id, new_response_id, validate_id
+from resilient.ids import (
+    RESPONSE_PREFIX,
+    InvalidId,
+    new_input_item_id,
+    new_message_id,
+    new_response_id,
+    validate_id,
+)
 from resilient.protocol import errors
 from resilient.protocol import events as ev
 from resilient.protocol.errors import ApiError
@@ -41,13 +56,17 @@ log = logging.getLogger("resilient.http")
 MAX_BODY_BYTES = 2 * 1024 * 1024
 CHAIN_CAS_ATTEMPTS = 20
 FINALIZE_GRACE_SECONDS = 120.0  # > the orchestrator's finalize retries (2+4+8+16+32 s)
+# A running phase sees a cancel within one control poll (0.2 s) plus one agent delta, then checkpoints;
+# the bound covers slow agents and a re-delivered phase (the orchestrator's first retry waits 2 s).
+CANCEL_SETTLE_SECONDS = 10.0
+CANCEL_POLL_SECONDS = 0.05
 ORCHESTRATOR_NAME = "responses_orchestrator"
 
 
-class DurableRuntime(Protocol):
-    """What the endpoints need from Durable Functions."""
-
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None: ...
+class DurableRuntime(DurableControl, Protocol):
+    """What the app needs from Durable Functions: start (also over a terminal instance), status and entity
+    signals (for the repair path, :class:`~resilient.engine.repair.DurableControl`), and raising events
+    (cancel). The endpoints themselves only start and raise events."""
 
     async def raise_event(self, instance_id: str, name: str, data: Any) -> None: ...
 
@@ -68,14 +87,22 @@ def error_result(error: ApiError) -> HttpResult:
     return HttpResult(error.status, error.body(), headers=error.headers())
 
 
+# An SSE comment (clients ignore it) on a stream ended by the time limit, for people reading the raw stream.
+# One newline only, like the keep-alive: a blank line after it would dispatch an empty event, because a client
+# keeps the last event id (SSE spec), and the ``openai`` client then fails to parse its empty data.
+STREAM_LIMIT_NOTE = b": stream time limit reached; reconnect with starting_after=<last sequence_number>\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
 
 
 class ResponsesService:
-    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings) -> None:
+    cancel_settle_seconds: float = CANCEL_SETTLE_SECONDS  # how long a cancel waits for the run to stop
+
+    def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
+                 repairer: Repairer | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
+        self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
 
     # ---------------------------------------------------------------- create
     async def create(self, body: bytes) -> HttpResult:
@@ -83,6 +110,7 @@ class ResponsesService:
             raise errors.payload_too_large(MAX_BODY_BYTES)
         request = parse_create_request(body)
         chain_id, previous = await self._resolve_chain(request)
+        continuation = await self._continuation(request, chain_id, previous)
         response_id = new_response_id()
         turns_ahead: list[str] = []
         previous_turn: str | None = None
@@ -91,7 +119,7 @@ class ResponsesService:
                 chain_id, response_id, previous, is_conversation=request.conversation is not None)
         elif request.store:
             chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
-        items = normalize_input_items(request, new_message_id)
+        items = normalize_input_items(request, new_message_id, new_input_item_id)
         doc: dict[str, Any] = {
             "created_at": int(time.time()),
             "model": request.model,
@@ -105,14 +133,19 @@ class ResponsesService:
             "chain_id": chain_id,
             "previous_turn": previous_turn,
             "input_chars": sum(len(text_of(i)) for i in items),
+            "tools": [tool.to_json() for tool in request.tools],
+            "tool_choice": request.tool_choice,
         }
+        if continuation.resume is not None:
+            doc["resume"] = continuation.resume
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
-        _, record, _ = await asyncio.gather(
+        _, record, _, _ = await asyncio.gather(
             self.storage.items.put_input_items(response_id, items),
             self.storage.responses.create(response_id, "queued", doc),
             self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
+            self.storage.active.add(response_id, doc["created_at"]),  # watched by the repair path until final
         )
         try:
             await self.runtime.start(response_id, {"response_id": response_id, "chain_id": chain_id})
@@ -124,7 +157,8 @@ class ResponsesService:
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:
-            return HttpResult(200, stream=self._stream_then_forget(record, -1), headers=dict(SSE_HEADERS))
+            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1)),
+                              headers=dict(SSE_HEADERS))
         if request.background:
             return HttpResult(200, response_object(record, []))
         return HttpResult(200, await self._wait_for_terminal(record))
@@ -145,6 +179,16 @@ class ResponsesService:
                                   code=errors.CODE_NOT_FOUND, param="previous_response_id")
         chain = previous.doc.get("chain_id") or previous.response_id
         return str(chain), previous.response_id
+
+    async def _continuation(self, request: CreateResponseRequest, chain_id: str | None,
+                            previous: str | None) -> Continuation:
+        """Tool outputs and approval answers must answer the chain's newest turn (checked before the turn
+        is registered, so a 400 leaves no trace on the chain)."""
+        if not request.function_outputs() and not request.approval_responses() and previous is None:
+            return Continuation()
+        if previous is None and request.conversation is not None and chain_id is not None:
+            previous = (await self.storage.chains.get(chain_id)).latest_response_id
+        return await check_continuation(self.storage, request, previous)
 
     async def _register_turn(self, chain_id: str, response_id: str, previous: str | None, *,
                              is_conversation: bool) -> tuple[list[str], str | None]:
@@ -213,16 +257,25 @@ class ResponsesService:
             log.exception("could not mark an unstarted response failed", extra={"response_id": response_id})
 
     async def _wait_for_terminal(self, record: ResponseRecord) -> dict[str, Any]:
-        """A synchronous (non-background, non-stream) request: follow the log to its terminal event."""
-        async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None):
-            pass
+        """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
+        answer with the response as it is before the host's functionTimeout would restart the worker."""
+        limit = self.settings.stream_limit_seconds
+        try:
+            async with asyncio.timeout(limit):
+                async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None,
+                                           finished=self._finished_probe(record.response_id)):
+                    pass
+        except TimeoutError:
+            log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
+            return await self._response(record.response_id)  # still running: retention deletes store=false later
         final = await self._response(record.response_id)
         if not record.doc.get("store", True):
             await self._forget(record.response_id)
         return final
 
     async def _stream_then_forget(self, record: ResponseRecord, starting_after: int) -> AsyncIterator[bytes]:
-        async for frame in tail_events(self.storage.events, record.response_id, starting_after):
+        async for frame in tail_events(self.storage.events, record.response_id, starting_after,
+                                       finished=self._finished_probe(record.response_id)):
             yield frame
         if not record.doc.get("store", True):
             await self._forget(record.response_id)
@@ -233,6 +286,7 @@ class ResponsesService:
             await self.storage.responses.delete(response_id)
             await self.storage.items.delete_all(response_id)
             await self.storage.events.delete(response_id)
+            await self.storage.active.remove(response_id)
         except Exception:
             log.exception("cleanup of a store=false response failed", extra={"response_id": response_id})
 
@@ -245,10 +299,36 @@ class ResponsesService:
                     "Streaming a stored response is only possible for responses created with background=true.",
                     param="stream")
             starting_after = _starting_after(query.get("starting_after"), headers.get("last-event-id"))
-            return HttpResult(200, stream=tail_events(self.storage.events, response_id, starting_after,
-                                                      finished=self._finished_probe(response_id)),
+            return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
+                                                                    finished=self._finished_probe(response_id))),
                               headers=dict(SSE_HEADERS))
+        if record.status in ACTIVE_STATUSES:
+            await self._nudge(response_id)
         return HttpResult(200, await self._response(response_id, record))
+
+    async def _nudge(self, response_id: str) -> None:
+        """The client reads a run that is not over: let the repair path check that its orchestration still
+        lives (throttled per response; never raises)."""
+        if self.repairer is not None:
+            await self.repairer.nudge(response_id)
+
+    async def _limited(self, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """End a stream cleanly before the host's functionTimeout (which would restart the worker). The
+        stream then ends without a terminal event; the client reconnects with ``starting_after`` = the last
+        ``sequence_number`` it got. Frames (keep-alives included) come at least every 15 s, so the limit is
+        kept within that; it sits a minute below the timeout."""
+        limit = self.settings.stream_limit_seconds
+        try:
+            deadline = None if limit is None else time.monotonic() + limit
+            async for frame in frames:
+                yield frame
+                if deadline is not None and time.monotonic() >= deadline:
+                    yield STREAM_LIMIT_NOTE
+                    return
+        finally:
+            closer = getattr(frames, "aclose", None)
+            if closer is not None:
+                await closer()
 
     def _finished_probe(self, response_id: str) -> Callable[[], Awaitable[bool]]:
         """Tells an idle replay that nothing more will come. A terminal *status* is not enough: finalize
@@ -259,9 +339,11 @@ class ResponsesService:
 
         async def finished() -> bool:
             if (await self.storage.responses.get_control(response_id)).status not in TERMINAL_STATUSES:
+                await self._nudge(response_id)  # no progress for a while: is its orchestration alive?
                 return False
             if await self._run_over(response_id):
                 return True
+            await self._nudge(response_id)  # terminal status but no terminal event yet
             terminal_since[:] = terminal_since or [time.monotonic()]
             return time.monotonic() - terminal_since[0] > FINALIZE_GRACE_SECONDS
 
@@ -285,6 +367,15 @@ class ResponsesService:
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:
+        """Cancel a background response; the answer (and every later read) carries its partial output.
+
+        Why cancel waits: the run stops at its next delta and then checkpoints the partial item. Were
+        ``cancelled`` written at once, readers would see it with that item missing for a moment. So a
+        running response only gets its cancel flag here; the run itself sets ``cancelled`` right after
+        its checkpoint (``Engine.settle_cancel``), and this waits for that, bounded by
+        ``cancel_settle_seconds``. A run that does not react in time (its worker is gone, storage is
+        failing) is cancelled here; its partial item, if any, then follows when the run resumes. A turn
+        that has not started (``queued``) has no output to wait for and is cancelled at once."""
         record = await self._stored(response_id)
         if not record.doc.get("background", False):
             raise errors.invalid_request("Only responses created with background=true can be cancelled.",
@@ -294,10 +385,8 @@ class ResponsesService:
         if record.status in TERMINAL_STATUSES:
             raise errors.invalid_request(f"Cannot cancel a response that is already {record.status}.",
                                          param="response_id")
-        was_queued = record.status == "queued"
         try:
-            record = await self.storage.responses.transition(
-                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True)
+            flagged = await self._raise_cancel_flag(response_id)
         except InvalidTransition as lost:
             if lost.current_status == "cancelled":
                 return HttpResult(200, await self._response(response_id))
@@ -307,10 +396,48 @@ class ResponsesService:
             await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
         except Exception:
             log.warning("cancel event not delivered (the flag still stops the run)", extra={"response_id": response_id})
-        if was_queued and record.doc.get("chain_id"):
-            await self._steer(await self._turns_ahead(str(record.doc["chain_id"]), response_id), -1)  # S4
+        if flagged.status == "cancelled" and flagged.doc.get("chain_id"):  # it was queued: S4
+            await self._steer(await self._turns_ahead(str(flagged.doc["chain_id"]), response_id), -1)
+        final = flagged if flagged.status == "cancelled" else await self._await_settled_cancel(response_id)
+        if final.status != "cancelled":
+            raise errors.invalid_request(f"Cannot cancel a response that is already {final.status}.",
+                                         param="response_id")
         log.info("cancelled", extra={"response_id": response_id})
-        return HttpResult(200, await self._response(response_id, record))
+        return HttpResult(200, await self._response(response_id, final))
+
+    async def _raise_cancel_flag(self, response_id: str) -> ResponseRecord:
+        """One CAS on the row: a ``queued`` turn (nothing planned, no phase can start without reading the
+        flag) becomes ``cancelled`` at once; a running one only gets ``cancel_requested``. Raises
+        InvalidTransition when the response is already terminal."""
+        responses = self.storage.responses
+        for _ in range(CHAIN_CAS_ATTEMPTS):
+            record = await responses.get(response_id)
+            if record.status not in ACTIVE_STATUSES:
+                raise InvalidTransition(record.status, "cancelled")
+            try:
+                if record.status == "queued":
+                    return await responses.replace(record, status="cancelled", cancel_requested=True,
+                                                   doc_changes={"completed_at": int(time.time())})
+                return await responses.replace(record, cancel_requested=True)
+            except PreconditionFailed:
+                continue  # the run (or a steering turn) wrote the row meanwhile: look again
+        raise errors.service_unavailable()
+
+    async def _await_settled_cancel(self, response_id: str) -> ResponseRecord:
+        """Wait until the run has stopped and set the terminal status; past the bound, set it here."""
+        deadline = time.monotonic() + self.cancel_settle_seconds
+        while time.monotonic() < deadline:
+            if (await self.storage.responses.get_control(response_id)).status in TERMINAL_STATUSES:
+                return await self.storage.responses.get(response_id)
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+        log.warning("cancel: the run did not stop in time; status set without waiting for it",
+                    extra={"response_id": response_id, "waited_s": self.cancel_settle_seconds})
+        try:
+            return await self.storage.responses.transition(
+                response_id, "cancelled", allowed_from=ACTIVE_STATUSES, cancel_requested=True,
+                doc_changes={"completed_at": int(time.time())})
+        except InvalidTransition:
+            return await self.storage.responses.get(response_id)  # the run settled just now
 
     async def _turns_ahead(self, chain_id: str, response_id: str) -> list[str]:
         chain = await self.storage.chains.get(chain_id)

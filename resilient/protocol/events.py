@@ -23,7 +23,7 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
 from resilient.protocol._strict import strict_validate
-from resilient.protocol.items import ItemStatus, output_message, output_text_part
+from resilient.protocol.items import ItemStatus, output_message, output_text_part, text_of
 
 RESPONSE_CREATED = "response.created"
 RESPONSE_QUEUED = "response.queued"
@@ -37,6 +37,8 @@ CONTENT_PART_ADDED = "response.content_part.added"
 CONTENT_PART_DONE = "response.content_part.done"
 OUTPUT_TEXT_DELTA = "response.output_text.delta"
 OUTPUT_TEXT_DONE = "response.output_text.done"
+FUNCTION_CALL_ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+FUNCTION_CALL_ARGUMENTS_DONE = "response.function_call_arguments.done"
 
 # Exactly one of these ends every run. There is no ``response.cancelled`` in the client library: a
 # cancelled run ends with ``response.failed`` whose ``response.status`` is ``cancelled``.
@@ -141,6 +143,51 @@ def output_text_done(item_id: str, output_index: int, content_index: int, text: 
         "text": text,
         "logprobs": [],
     }
+
+
+def function_call_arguments_delta(item_id: str, output_index: int, delta: str) -> dict[str, Any]:
+    return {"type": FUNCTION_CALL_ARGUMENTS_DELTA, "item_id": item_id, "output_index": output_index, "delta": delta}
+
+
+def function_call_arguments_done(item_id: str, output_index: int, arguments: str) -> dict[str, Any]:
+    return {
+        "type": FUNCTION_CALL_ARGUMENTS_DONE,
+        "item_id": item_id,
+        "output_index": output_index,
+        "arguments": arguments,
+    }
+
+
+def item_opening_events(output_index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events that open ``item`` (its final form, or its in-progress form) at ``output_index``.
+
+    A message opens empty (``content: []``, then an empty ``output_text`` part); a function call opens
+    with empty ``arguments`` (they follow as deltas); an approval request opens complete.
+    """
+    kind = item.get("type")
+    if kind == "message":
+        return phase_opening_events(output_index, str(item["id"]))
+    if kind == "function_call":
+        opened = {**item, "arguments": "", "status": "in_progress"}
+        return [output_item_added(output_index, opened)]
+    if kind == "mcp_approval_request":
+        return [output_item_added(output_index, item)]
+    raise ValueError(f"cannot stream an item of type {kind!r}")
+
+
+def item_closing_events(output_index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events that close ``item`` (in its final form) at ``output_index``."""
+    kind = item.get("type")
+    if kind == "message":
+        return phase_closing_events(output_index, str(item["id"]), text_of(item), item.get("status", "completed"))
+    if kind == "function_call":
+        return [
+            function_call_arguments_done(str(item["id"]), output_index, str(item["arguments"])),
+            output_item_done(output_index, item),
+        ]
+    if kind == "mcp_approval_request":
+        return [output_item_done(output_index, item)]
+    raise ValueError(f"cannot stream an item of type {kind!r}")
 
 
 def phase_opening_events(output_index: int, item_id: str) -> list[dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 Items are stored and replayed verbatim, so they are built once here in the exact shape the client's
 types expect: an assistant output item is a ``ResponseOutputMessage`` and a stored user turn is a
-``ResponseInputMessageItem``. Only text content exists in this service.
+``ResponseInputMessageItem``. Content is text; besides messages there are function calls and their
+outputs (``ResponseFunctionToolCall``, ``ResponseFunctionToolCallOutputItem``) and approval requests and
+answers (``McpApprovalRequest``, ``McpApprovalResponse``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,55 @@ def input_message(item_id: str, role: InputRole, text: str) -> dict[str, Any]:
         "role": role,
         "status": "completed",
         "content": [input_text_part(text)],
+    }
+
+
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, *, status: ItemStatus = "completed"
+) -> dict[str, Any]:
+    """A ``function_call`` output item (``ResponseFunctionToolCall``)."""
+    if status not in _ITEM_STATUSES:
+        raise ValueError(f"invalid item status {status!r}")
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def approval_request_item(item_id: str, name: str, arguments: str, server_label: str) -> dict[str, Any]:
+    """An ``mcp_approval_request`` output item: the turn waits for a person's answer."""
+    return {
+        "id": item_id,
+        "type": "mcp_approval_request",
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def function_call_output_item(item_id: str, call_id: str, output: str | list[dict[str, Any]]) -> dict[str, Any]:
+    """A stored ``function_call_output`` input item (``ResponseFunctionToolCallOutputItem``)."""
+    return {
+        "id": item_id,
+        "type": "function_call_output",
+        "call_id": call_id,
+        "output": output if isinstance(output, str) else [dict(part) for part in output],
+        "status": "completed",
+    }
+
+
+def approval_response_item(item_id: str, approval_request_id: str, approve: bool, reason: str | None) -> dict[str, Any]:
+    """A stored ``mcp_approval_response`` input item (``McpApprovalResponse``)."""
+    return {
+        "id": item_id,
+        "type": "mcp_approval_response",
+        "approval_request_id": approval_request_id,
+        "approve": approve,
+        "reason": reason,
     }
 
 

@@ -3,7 +3,10 @@
 Every malformed body becomes a 400 that names the offending ``param`` with a JSON path
 (``input[0].content[1].text``), never a 500 and never a silently ignored typo: unknown fields are
 rejected, known OpenAI fields this service does not implement are accepted and ignored (so stock
-clients work), and ``tools`` is refused unless empty because ignoring tools would change the answer.
+clients work). ``tools`` accepts function tools only (another tool type is a clear 400, since ignoring a
+tool would change the answer), and ``input`` accepts messages, ``function_call_output`` and
+``mcp_approval_response`` items. Whether a ``call_id`` or an ``approval_request_id`` was really issued on
+the chain needs storage: ``resilient/http/continuation.py`` checks that.
 
 The model is strict (no ``"true"`` → ``True`` coercion) and frozen. Rules that pydantic cannot express
 with an exact param (input items, ids, metadata limits, cross-field rules) raise
@@ -15,9 +18,12 @@ only translates the first error into an :class:`ApiError`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Literal, NoReturn, cast
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
@@ -26,12 +32,14 @@ from resilient.protocol import errors
 from resilient.protocol.errors import ApiError, invalid_request
 from resilient.protocol.items import (
     MessageRole,
+    approval_response_item,
+    function_call_output_item,
     input_text_part,
     output_message,
     output_text_part,
 )
 
-# Known OpenAI create parameters that are accepted and ignored (``tools`` only when empty).
+# Known OpenAI create parameters that are accepted and ignored.
 IGNORED_FIELDS: frozenset[str] = frozenset(
     {
         "temperature",
@@ -39,8 +47,6 @@ IGNORED_FIELDS: frozenset[str] = frozenset(
         "max_output_tokens",
         "max_tool_calls",
         "parallel_tool_calls",
-        "tool_choice",
-        "tools",
         "truncation",
         "user",
         "reasoning",
@@ -68,6 +74,13 @@ _PART_KEYS: dict[str, frozenset[str]] = {
 _ITEM_STATUSES: tuple[str, ...] = ("in_progress", "completed", "incomplete")
 _PHASES: tuple[str, ...] = ("commentary", "final_answer")
 _MAX_KEY_ECHO = 64
+MAX_TOOLS = 128
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_FUNCTION_TOOL_KEYS: frozenset[str] = frozenset({"type", "name", "description", "parameters", "strict"})
+_TOOL_CHOICE_MODES: tuple[str, ...] = ("auto", "none", "required")
+_FUNCTION_OUTPUT_KEYS: frozenset[str] = frozenset({"type", "call_id", "output", "id", "status"})
+_APPROVAL_RESPONSE_KEYS: frozenset[str] = frozenset({"type", "approval_request_id", "approve", "reason", "id"})
+_INPUT_ITEM_TYPES: tuple[str, ...] = ("message", "function_call_output", "mcp_approval_response")
 
 
 # --------------------------------------------------------------------------- error helpers
@@ -153,6 +166,172 @@ class InputMessage(BaseModel):
 
     role: MessageRole
     content: list[TextPart]
+
+
+class FunctionCallOutput(BaseModel):
+    """A ``function_call_output`` input item: the client's answer to a ``function_call``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    type: Literal["function_call_output"] = "function_call_output"
+    call_id: str
+    output: str | list[TextPart]
+
+
+class ApprovalResponse(BaseModel):
+    """An ``mcp_approval_response`` input item: a person's answer to an ``mcp_approval_request``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    type: Literal["mcp_approval_response"] = "mcp_approval_response"
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+
+
+InputItem = InputMessage | FunctionCallOutput | ApprovalResponse
+
+
+class FunctionTool(BaseModel):
+    """A ``function`` tool. ``parameters`` is a JSON Schema (checked against the 2020-12 meta-schema)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    type: Literal["function"] = "function"
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The tool as the response object echoes it (``FunctionTool``)."""
+        return {"type": "function", "name": self.name, "description": self.description,
+                "parameters": self.parameters, "strict": self.strict}
+
+
+def _parse_tool(raw: object, at: str) -> FunctionTool:
+    if not isinstance(raw, dict):
+        _fail_type(at, "an object", raw)
+    if "type" not in raw:
+        _fail_missing(f"{at}.type")
+    if raw["type"] != "function":
+        _fail(f"{at}.type", errors.CODE_UNSUPPORTED_VALUE,
+              f"Unsupported value for '{at}.type': {errors.echo(raw['type'])}. This service supports only "
+              "tools of type 'function'.")
+    for key in raw:
+        if key not in _FUNCTION_TOOL_KEYS:
+            _fail_unknown(f"{at}.{_key(key)}")
+    if "name" not in raw:
+        _fail_missing(f"{at}.name")
+    name = raw["name"]
+    if not isinstance(name, str):
+        _fail_type(f"{at}.name", "a string", name)
+    if not _TOOL_NAME.fullmatch(name):
+        _fail_value(f"{at}.name", f"{errors.echo(name)}. Expected 1-64 characters of [A-Za-z0-9_-].")
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        _fail_type(f"{at}.description", "a string", description)
+    strict = raw.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        _fail_type(f"{at}.strict", "a boolean", strict)
+    parameters = raw.get("parameters")
+    if parameters is not None:
+        if not isinstance(parameters, dict):
+            _fail_type(f"{at}.parameters", "an object (a JSON Schema)", parameters)
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except SchemaError as exc:
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{_key(p)}" for p in exc.path)
+            _fail_value(f"{at}.parameters{where}", f"not a valid JSON Schema: {exc.message[:200]}")
+        if parameters.get("type", "object") != "object":
+            _fail_value(f"{at}.parameters.type", "the parameters of a function must be a JSON Schema of type "
+                        "'object'.")
+    return FunctionTool(name=name, description=description, parameters=parameters, strict=strict)
+
+
+def _parse_tool_choice(value: object) -> str | dict[str, Any]:
+    if isinstance(value, str):
+        if value not in _TOOL_CHOICE_MODES:
+            _fail_value("tool_choice", f"{errors.echo(value)}. Supported values are: auto, none, required, or "
+                        "{\"type\": \"function\", \"name\": ...}.")
+        return value
+    if not isinstance(value, dict):
+        _fail_type("tool_choice", "a string or an object", value)
+    if value.get("type") != "function":
+        _fail(
+            "tool_choice.type", errors.CODE_UNSUPPORTED_VALUE,
+            f"Unsupported value for 'tool_choice.type': {errors.echo(value.get('type'))}. This service supports "
+            "only 'function'.",
+        )
+    for key in value:
+        if key not in ("type", "name"):
+            _fail_unknown(f"tool_choice.{_key(key)}")
+    if "name" not in value:
+        _fail_missing("tool_choice.name")
+    if not isinstance(value["name"], str):
+        _fail_type("tool_choice.name", "a string", value["name"])
+    return {"type": "function", "name": value["name"]}
+
+
+def _check_item_id(at: str, value: object) -> str:
+    if not isinstance(value, str):
+        _fail_type(at, "a string", value)
+    try:
+        return validate_id(value, param=at)
+    except InvalidId:
+        _fail_value(at, f"{errors.echo(value)}. Expected 1-128 characters of [A-Za-z0-9_-].")
+
+
+def _parse_function_output(raw: dict[str, Any], at: str) -> FunctionCallOutput:
+    for key in raw:
+        if key not in _FUNCTION_OUTPUT_KEYS:
+            _fail_unknown(f"{at}.{_key(key)}")
+    if "call_id" not in raw:
+        _fail_missing(f"{at}.call_id")
+    call_id = _check_item_id(f"{at}.call_id", raw["call_id"])
+    if "output" not in raw:
+        _fail_missing(f"{at}.output")
+    output = raw["output"]
+    if raw.get("id") is not None and not isinstance(raw["id"], str):
+        _fail_type(f"{at}.id", "a string", raw["id"])
+    if raw.get("status") is not None and raw["status"] not in _ITEM_STATUSES:
+        _fail_value(f"{at}.status", f"{errors.echo(raw['status'])}. Supported values are: "
+                    f"{', '.join(_ITEM_STATUSES)}.")
+    if isinstance(output, str):
+        return FunctionCallOutput(call_id=call_id, output=output)
+    if not isinstance(output, list):
+        _fail_type(f"{at}.output", "a string or an array of input_text parts", output)
+    parts = [_parse_part(part, f"{at}.output[{j}]", "user") for j, part in enumerate(output)]
+    return FunctionCallOutput(call_id=call_id, output=parts)
+
+
+def _parse_approval_response(raw: dict[str, Any], at: str) -> ApprovalResponse:
+    for key in raw:
+        if key not in _APPROVAL_RESPONSE_KEYS:
+            _fail_unknown(f"{at}.{_key(key)}")
+    if "approval_request_id" not in raw:
+        _fail_missing(f"{at}.approval_request_id")
+    request_id = _check_item_id(f"{at}.approval_request_id", raw["approval_request_id"])
+    if "approve" not in raw:
+        _fail_missing(f"{at}.approve")
+    if not isinstance(raw["approve"], bool):
+        _fail_type(f"{at}.approve", "a boolean", raw["approve"])
+    reason = raw.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        _fail_type(f"{at}.reason", "a string", reason)
+    if raw.get("id") is not None and not isinstance(raw["id"], str):
+        _fail_type(f"{at}.id", "a string", raw["id"])
+    return ApprovalResponse(approval_request_id=request_id, approve=raw["approve"], reason=reason)
+
+
+def _parse_item(raw: object, at: str) -> InputItem:
+    if isinstance(raw, dict) and "type" in raw and raw["type"] != "message":
+        if raw["type"] == "function_call_output":
+            return _parse_function_output(raw, at)
+        if raw["type"] == "mcp_approval_response":
+            return _parse_approval_response(raw, at)
+        _fail_value(f"{at}.type", f"{errors.echo(raw['type'])}. Supported values are: {', '.join(_INPUT_ITEM_TYPES)}.")
+    return _parse_message(raw, at)
 
 
 def _parse_part(raw: object, at: str, role: str) -> TextPart:
@@ -246,7 +425,7 @@ class CreateResponseRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     model: str | None = Field(default=None, min_length=1, max_length=MODEL_MAX_LENGTH)
-    input: str | list[InputMessage]
+    input: str | list[InputItem]
     instructions: str | None = None
     background: bool = False
     stream: bool = False
@@ -255,6 +434,8 @@ class CreateResponseRequest(BaseModel):
     conversation: str | None = None
     metadata: dict[str, str] | None = None
     stream_options: StreamOptions | None = None
+    tools: list[FunctionTool] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
 
     @model_validator(mode="before")
     @classmethod
@@ -262,16 +443,6 @@ class CreateResponseRequest(BaseModel):
         """Remove accepted-and-ignored fields and explicit nulls (null means "use the default")."""
         if not isinstance(data, dict):
             return data
-        tools = data.get("tools")
-        if tools is not None:
-            if not isinstance(tools, list):
-                _fail_type("tools", "an array", tools)
-            if tools:
-                _fail(
-                    "tools",
-                    errors.CODE_UNSUPPORTED_PARAMETER,
-                    "Unsupported parameter: 'tools'. This service has no tools; send [] or omit it.",
-                )
         optional = cls.model_fields.keys() - {"input"}
         return {
             k: v for k, v in data.items() if k not in IGNORED_FIELDS and not (v is None and k in optional)
@@ -288,7 +459,27 @@ class CreateResponseRequest(BaseModel):
             _fail_type("input", "a string or an array of input items", value)
         if not value:
             _fail_value("input", "expected a non-empty string or a non-empty array of input items.")
-        return [_parse_message(item, f"input[{i}]") for i, item in enumerate(value)]
+        return [_parse_item(item, f"input[{i}]") for i, item in enumerate(value)]
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _check_tools(cls, value: object) -> object:
+        if not isinstance(value, list):
+            _fail_type("tools", "an array", value)
+        if len(value) > MAX_TOOLS:
+            _fail_value("tools", f"expected at most {MAX_TOOLS} tools, got {len(value)}.")
+        tools = [_parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
+        seen: set[str] = set()
+        for i, tool in enumerate(tools):
+            if tool.name in seen:
+                _fail_value(f"tools[{i}].name", f"{errors.echo(tool.name)}: tool names must be unique.")
+            seen.add(tool.name)
+        return tools
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _check_tool_choice(cls, value: object) -> object:
+        return _parse_tool_choice(value)
 
     @field_validator("conversation", mode="before")
     @classmethod
@@ -335,7 +526,37 @@ class CreateResponseRequest(BaseModel):
                 errors.CODE_MUTUALLY_EXCLUSIVE,
                 "Mutually exclusive parameters: send only one of 'previous_response_id' or 'conversation'.",
             )
+        names = [tool.name for tool in self.tools]
+        if self.tool_choice == "required" and not names:
+            _fail_value("tool_choice", "'required' needs at least one tool in 'tools'.")
+        if isinstance(self.tool_choice, dict) and self.tool_choice["name"] not in names:
+            _fail_value("tool_choice.name", f"{errors.echo(self.tool_choice['name'])} is not one of the tools.")
+        continuing = self.previous_response_id is not None or self.conversation is not None
+        answered: set[str] = set()
+        for i, item in enumerate(self.items()):
+            if isinstance(item, FunctionCallOutput | ApprovalResponse) and not continuing:
+                what = "call_id" if isinstance(item, FunctionCallOutput) else "approval_request_id"
+                _fail_value(f"input[{i}].{what}", "a function_call_output or mcp_approval_response answers an "
+                            "earlier turn: send it with previous_response_id (or conversation).")
+            key = item.call_id if isinstance(item, FunctionCallOutput) else (
+                item.approval_request_id if isinstance(item, ApprovalResponse) else None)
+            if key is not None:
+                if key in answered:
+                    _fail_value(f"input[{i}]", f"{errors.echo(key)} is answered more than once.")
+                answered.add(key)
         return self
+
+    def items(self) -> list[InputItem]:
+        """``input`` as a list of items (a string is one user message)."""
+        if isinstance(self.input, str):
+            return [InputMessage(role="user", content=[TextPart(type="input_text", text=self.input)])]
+        return list(self.input)
+
+    def function_outputs(self) -> list[FunctionCallOutput]:
+        return [item for item in self.items() if isinstance(item, FunctionCallOutput)]
+
+    def approval_responses(self) -> list[ApprovalResponse]:
+        return [item for item in self.items() if isinstance(item, ApprovalResponse)]
 
 
 # --------------------------------------------------------------------------- entry points
@@ -450,18 +671,29 @@ def parse_create_request(raw: bytes) -> CreateResponseRequest:
         raise api_error_from_validation(exc) from None
 
 
-def normalize_input_items(req: CreateResponseRequest, new_id: Callable[[], str]) -> list[dict[str, Any]]:
-    """The request's input as stored items, in the input-items listing's shape, each with a new id.
+def normalize_input_items(
+    req: CreateResponseRequest, new_id: Callable[[], str], typed_id: Callable[[str], str] | None = None
+) -> list[dict[str, Any]]:
+    """The request's input as stored items, in the input-items listing's shape, each with a new id
+    (``typed_id``, when given, makes the ids of non-message items from their type, for the id prefix).
 
     User, system and developer turns become ``ResponseInputMessageItem`` dicts (``input_text`` parts);
-    assistant history becomes ``ResponseOutputMessage`` dicts (``output_text`` parts).
+    assistant history becomes ``ResponseOutputMessage`` dicts (``output_text`` parts); tool outputs and
+    approval answers become ``ResponseFunctionToolCallOutputItem`` and ``McpApprovalResponse`` dicts.
     """
-    if isinstance(req.input, str):
-        messages = [InputMessage(role="user", content=[TextPart(type="input_text", text=req.input)])]
-    else:
-        messages = req.input
     items: list[dict[str, Any]] = []
-    for message in messages:
+    for message in req.items():
+        if isinstance(message, FunctionCallOutput):
+            output = message.output if isinstance(message.output, str) else [
+                input_text_part(part.text) for part in message.output]
+            item_id = typed_id(message.type) if typed_id else new_id()
+            items.append(function_call_output_item(item_id, message.call_id, output))
+            continue
+        if isinstance(message, ApprovalResponse):
+            item_id = typed_id(message.type) if typed_id else new_id()
+            items.append(approval_response_item(item_id, message.approval_request_id, message.approve,
+                                                message.reason))
+            continue
         item_id = new_id()
         if message.role == "assistant":
             item = output_message(item_id, "", status="completed")

@@ -2,8 +2,8 @@
 
 One builder produces every response snapshot (GET, create reply, the ``response`` inside lifecycle
 events), so all of them carry the same keys in every status. Fields this service does not implement
-(sampling, tools, reasoning) are reported with the values that describe what actually happened: no
-tools, ``tool_choice: "auto"``, plain text format, default sampling.
+(sampling, reasoning) are reported with the values that describe what actually happened: plain text
+format, default sampling. ``tools`` and ``tool_choice`` echo the request.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def build_response(
     incomplete_details: dict[str, Any] | None,
     usage: dict[str, Any] | None,
     completed_at: int | None,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | dict[str, Any] = "auto",
 ) -> dict[str, Any]:
     """A complete response object in OpenAI key order.
 
@@ -72,8 +74,8 @@ def build_response(
         "store": store,
         "temperature": 1.0,
         "text": {"format": {"type": "text"}},
-        "tool_choice": "auto",
-        "tools": [],
+        "tool_choice": tool_choice if isinstance(tool_choice, str) else dict(tool_choice),
+        "tools": [dict(tool) for tool in tools or []],
         "top_logprobs": 0,
         "top_p": 1.0,
         "truncation": "disabled",
@@ -83,14 +85,16 @@ def build_response(
     }
 
 
-def usage_for(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def usage_for(
+    input_tokens: int, output_tokens: int, *, cached_tokens: int = 0, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     """Token usage. ``cached_tokens``, ``cache_write_tokens`` and ``reasoning_tokens`` are required by
     the installed client's ``ResponseUsage`` under strict validation, so they are always present."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 

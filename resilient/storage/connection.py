@@ -189,6 +189,10 @@ class StorageClients:
         return table_name(self.prefix, "chains")
 
     @property
+    def active_table_name(self) -> str:
+        return table_name(self.prefix, "active")
+
+    @property
     def events_container_name(self) -> str:
         return container_name(self.prefix, "events")
 
@@ -204,7 +208,7 @@ class StorageClients:
 
     @property
     def table_names(self) -> tuple[str, ...]:
-        return (self.responses_table_name, self.items_table_name, self.chains_table_name)
+        return (self.responses_table_name, self.items_table_name, self.chains_table_name, self.active_table_name)
 
     @property
     def container_names(self) -> tuple[str, ...]:

@@ -13,11 +13,12 @@ from types import TracebackType
 from typing import Self
 
 from resilient.settings import Settings
+from resilient.storage.active import TableActiveIndex
 from resilient.storage.chains import TableChainStore
 from resilient.storage.connection import RetryConfig, StorageClients
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.items import TableItemStore
-from resilient.storage.ports import ChainStore, EventLog, ItemStore, ResponseStore
+from resilient.storage.ports import ActiveIndex, ChainStore, EventLog, ItemStore, ResponseStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
 
@@ -32,6 +33,7 @@ class Storage:
     items: ItemStore
     events: EventLog
     chains: ChainStore
+    active: ActiveIndex
     clients: StorageClients = field(repr=False)
 
     async def close(self) -> None:
@@ -55,6 +57,7 @@ def build_storage(clients: StorageClients) -> Storage:
         events=BlobEventLog(clients.container(clients.events_container_name)),
         clients=clients,
         chains=TableChainStore(clients.table(clients.chains_table_name)),
+        active=TableActiveIndex(clients.table(clients.active_table_name)),
     )
 
 

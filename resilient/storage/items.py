@@ -189,6 +189,23 @@ class TableItemStore:
         await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
     @translate_errors
+    async def put_output_items(self, response_id: str, first_index: int, items: Sequence[JsonDict]) -> None:
+        rid = validate_id(response_id, param="response_id")
+        entities: list[dict[str, Any]] = []
+        for offset, item in enumerate(items):
+            key = output_key(first_index + offset)
+            item_id = item.get("id")
+            entities.append({
+                "PartitionKey": rid,
+                "RowKey": key,
+                "item_id": validate_id(item_id, param="item id") if item_id is not None else "",
+                **await self._spill.pack(rid, "body", key, item),
+            })
+        if len(entities) > _BATCH_OPS or sum(map(_entity_size, entities)) > _BATCH_BYTES:
+            raise ValueError("the items of one phase must fit one table transaction (100 items, 3 MiB)")
+        await self._upsert_batches(entities)
+
+    @translate_errors
     async def get_output_item(self, response_id: str, index: int) -> JsonDict | None:
         rid = validate_id(response_id, param="response_id")
         key = output_key(index)

@@ -125,6 +125,11 @@ class ItemStore(Protocol):
         """Write the checkpoint for phase ``index`` (upsert: a re-delivered phase rewrites the same row)."""
         ...
 
+    async def put_output_items(self, response_id: str, first_index: int, items: Sequence[JsonDict]) -> None:
+        """Write the items of one phase at ``first_index``, ``first_index + 1``, ... in one transaction
+        (a phase that ends with function calls has several items; all or none must be its checkpoint)."""
+        ...
+
     async def get_output_item(self, response_id: str, index: int) -> JsonDict | None:
         ...
 
@@ -237,4 +242,28 @@ class ChainStore(Protocol):
 
     async def append_turn(self, record: ChainRecord, response_id: str, open_turns: Sequence[str]) -> ChainRecord:
         """CAS: make ``response_id`` the latest turn and set the open turns; PreconditionFailed if raced."""
+        ...
+
+
+@dataclass(frozen=True)
+class ActiveEntry:
+    """One unfinished response in the :class:`ActiveIndex`."""
+
+    response_id: str
+    since: float  # creation time, epoch seconds
+
+
+class ActiveIndex(Protocol):
+    """The responses not yet finalized, so the repair path finds stuck runs without scanning every row."""
+
+    async def add(self, response_id: str, since_epoch_seconds: float) -> None:
+        """Idempotent (upsert)."""
+        ...
+
+    async def remove(self, response_id: str) -> None:
+        """Idempotent delete (absent is fine)."""
+        ...
+
+    async def list(self, limit: int) -> list[ActiveEntry]:
+        """Up to ``limit`` entries, in no particular order."""
         ...

@@ -24,6 +24,7 @@ from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.errors import LostOwnership
 from resilient.storage.factory import Storage, open_storage
+from tests.streamcheck import helper_final, rebuild_items
 
 pytestmark = pytest.mark.azurite
 
@@ -175,11 +176,27 @@ async def test_crash_mid_phase_recovers_with_reset_and_repeats_only_that_phase(s
     await engine.finalize(rid, {"status": "completed"})
     events = await _events(storage, rid)
     _assert_contiguous_and_valid(events)
-    reset = events[len(before)]
+    # The recovered attempt first closes the item the crash left open, with what it had streamed ...
+    partial = "".join(e["delta"] for e in before if e["type"] == "response.output_text.delta"
+                      and e["output_index"] == 1)
+    closing = events[len(before):len(before) + 3]
+    assert [e["type"] for e in closing] == ["response.output_text.done", "response.content_part.done",
+                                            "response.output_item.done"]
+    assert closing[-1]["item"]["status"] == "incomplete" and text_of(closing[-1]["item"]) == partial != ""
+    # ... then resets to the last checkpoint (R4) ...
+    reset = events[len(before) + 3]
     assert reset["type"] == "response.in_progress"
     assert [text_of(i) for i in reset["response"]["output"]] == _texts(ref_events)[:1]
+    # ... and streams the phase again at output indexes the stream never used.
+    reopened = [e for e in events[len(before):] if e["type"] == "response.output_item.added"]
+    assert [e["output_index"] for e in reopened] == [2, 3]
+    added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
+    assert len(added) == len(set(added)), "an output index was opened twice"
     assert agent.runs == [(0, False), (1, False), (1, True), (2, False)]  # only phase 1 repeated
     assert _texts(events) == _texts(ref_events)
+    # Both readers rebuild the fault-free output: the client's stream helper and a raw consumer.
+    assert [text_of(o.to_dict()) for o in helper_final(events).output] == _texts(ref_events)
+    assert [i["text"] for i in rebuild_items(events)] == _texts(ref_events)
 
 
 async def test_crash_after_phase_events_before_checkpoint_reruns_that_phase(storage: Storage,
@@ -206,6 +223,8 @@ async def test_crash_after_phase_events_before_checkpoint_reruns_that_phase(stor
     assert kinds.count("response.output_item.done") == 2  # phase 0 twice: before and after the reset
     assert kinds.count("response.in_progress") == 2
     assert len(events[-1]["response"]["output"]) == 1
+    assert helper_final(events).output[0].id == events[-1]["response"]["output"][0]["id"]
+    assert [i["text"] for i in rebuild_items(events)] == _texts(events)
 
 
 async def test_double_crash_in_one_phase_resets_once_per_recovery(storage: Storage, settings: Settings) -> None:
@@ -223,6 +242,8 @@ async def test_double_crash_in_one_phase_resets_once_per_recovery(storage: Stora
     _assert_contiguous_and_valid(events)
     assert [k["type"] for k in events].count("response.in_progress") == 3
     assert len(events[-1]["response"]["output"]) == 2
+    assert [text_of(o.to_dict()) for o in helper_final(events).output] == _texts(events)
+    assert [i["text"] for i in rebuild_items(events)] == _texts(events)
 
 
 async def test_non_background_crash_is_failed_not_rerun(storage: Storage, settings: Settings) -> None:
@@ -260,6 +281,8 @@ async def test_zombie_writer_is_fenced_off(storage: Storage, settings: Settings)
     events = await _events(storage, rid)
     _assert_contiguous_and_valid(events)
     assert len(events[-1]["response"]["output"]) == 1
+    assert [text_of(o.to_dict()) for o in helper_final(events).output] == _texts(events)
+    assert [i["text"] for i in rebuild_items(events)] == _texts(events)
 
 
 async def test_cancel_stops_the_phase_and_keeps_partial_output(storage: Storage, settings: Settings) -> None:
@@ -272,6 +295,9 @@ async def test_cancel_stops_the_phase_and_keeps_partial_output(storage: Storage,
     cancelled = await ResponsesService(storage, runtime, settings).cancel(rid)
     assert cancelled.body["status"] == "cancelled"
     assert runtime.events == [(rid, "cancel")]
+    assert running.done()  # the cancel answered only once the phase had stopped and checkpointed
+    [answered] = cancelled.body["output"]  # the answer carries the partial item
+    assert answered["status"] == "incomplete" and answered["content"][0]["text"]
     summary = await running
     assert summary["stop"] == "cancelled"
     full = " ".join(offline_words("What makes a run crash-resilient?", BASE_PLAN[0], 0, 200))
@@ -284,6 +310,40 @@ async def test_cancel_stops_the_phase_and_keeps_partial_output(storage: Storage,
     assert events[-1]["response"]["status"] == "cancelled"
     partial = events[-1]["response"]["output"]
     assert len(partial) == 1 and partial[0]["status"] == "incomplete"
+    assert partial == [answered]
+
+
+async def test_cancel_with_no_run_reacting_is_set_after_the_bound(storage: Storage, settings: Settings) -> None:
+    """A running response whose run does not react (its worker is gone) is still cancelled, by the
+    cancel itself once ``cancel_settle_seconds`` has passed; a later finalize keeps that status."""
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings, phases=2, words=5)
+    await engine.plan(rid)
+    service = ResponsesService(storage, _Runtime(), settings)
+    service.cancel_settle_seconds = 0.3
+    answer = await service.cancel(rid)
+    assert answer.body["status"] == "cancelled" and answer.body["output"] == []
+    assert await engine.finalize(rid, {"status": "completed"}) == {"status": "cancelled"}
+
+
+async def test_cancel_flag_turns_a_later_finalize_into_cancelled(storage: Storage, settings: Settings) -> None:
+    """R5 with the flag first: a run that finished its last phase before it saw the flag still ends
+    ``cancelled`` (finalize honours the flag), and the waiting cancel answers with the full output."""
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings, phases=1, words=3)
+    await engine.plan(rid)
+    await engine.run_phase(rid, 0)
+    service = ResponsesService(storage, _Runtime(), settings)
+    cancelling = asyncio.create_task(service.cancel(rid))
+    for _ in range(500):
+        if (await storage.responses.get_control(rid)).cancel_requested:
+            break
+        await asyncio.sleep(0.01)
+    assert not cancelling.done()  # it waits for the run to settle
+    final = await engine.finalize(rid, {"status": "completed"})
+    answer = await cancelling
+    assert final == {"status": "cancelled"} and answer.body["status"] == "cancelled"
+    assert [item["status"] for item in answer.body["output"]] == ["completed"]
 
 
 async def test_cancel_racing_completion_has_exactly_one_terminal(storage: Storage, settings: Settings) -> None:

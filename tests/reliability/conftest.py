@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -30,7 +31,23 @@ from tests.hostdouble.api import HostDouble
 from tests.reliability.tcpproxy import TcpProxy
 from tests.scenario.conftest import ROOT, knobs, rebuild
 
-AZURITE_PORTS = {"blob": 10000, "queue": 10001, "table": 10002}
+AZURITE_DEFAULT_PORTS = {"blob": 10000, "queue": 10001, "table": 10002}  # UseDevelopmentStorage=true
+
+
+def azurite_ports(connection: str) -> dict[str, int]:
+    """Azurite's blob/queue/table ports from ``AzureWebJobsStorage`` (the proxy forwards to them): the
+    test command runs its own Azurite on free ports and names them in explicit endpoints."""
+    parts = dict(part.split("=", 1) for part in connection.split(";") if "=" in part)
+    ports = dict(AZURITE_DEFAULT_PORTS)
+    for name in ports:
+        endpoint = parts.get(f"{name.capitalize()}Endpoint")
+        if endpoint:
+            port = urlsplit(endpoint).port
+            if port is None:
+                raise ValueError(f"{name.capitalize()}Endpoint of AzureWebJobsStorage has no port: {endpoint}")
+            ports[name] = port
+    return ports
+
 QUESTION = "Survive the crash matrix"
 PHASES, WORDS, DELAY_MS = 3, 6, 60  # 36 events; a 60 ms delta pace flushes every delta on its own
 MAX_EVENTS = 1000  # no run of these tests comes close; bounds every read loop
@@ -44,7 +61,7 @@ Stop = Callable[[Any, list[Any]], bool]
 # ----------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
 def storage_proxy() -> Iterator[TcpProxy]:
-    with TcpProxy(AZURITE_PORTS) as proxy:
+    with TcpProxy(azurite_ports(default_storage())) as proxy:
         yield proxy
 
 
@@ -96,6 +113,7 @@ def double_env(storage: str) -> dict[str, str]:
         "RESILIENT_AGENT_DELTA_DELAY_MS": "0",
         "RESILIENT_ENABLE_CRASH_ENDPOINT": "true",
         "RESILIENT_STEERABLE_CONVERSATIONS": "true",
+        "RESILIENT_REPAIR_GRACE_SECONDS": "5",  # a missing orchestration is repaired after 5 s, not 60
     }
 
 

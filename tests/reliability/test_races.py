@@ -34,16 +34,13 @@ import json
 import os
 import random
 import secrets
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from resilient.agents.research import ResearchAgent
-from resilient.engine import chainlock
-from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine, Tuning
 from resilient.http.service import HttpResult, ResponsesService
 from resilient.protocol.errors import ApiError
@@ -52,6 +49,7 @@ from resilient.settings import Settings
 from resilient.storage.errors import NotFound
 from resilient.storage.factory import Storage, open_storage
 from resilient.storage.ports import JsonDict
+from tests.durable_standin import Durable
 
 pytestmark = [pytest.mark.azurite, pytest.mark.slow]
 
@@ -64,171 +62,7 @@ TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete"})
 
 
 # ------------------------------------------------------------------------------------------ Durable double
-@dataclass
-class _Activity:
-    name: str
-    payload: Any
-
-
-@dataclass
-class _EntityCall:
-    entity: Any
-    operation: str
-    payload: Any
-
-
-@dataclass(eq=False)
-class _WaitEvent:
-    name: str
-
-
-@dataclass
-class _AnyOf:
-    tasks: list[_WaitEvent]
-
-
-@dataclass
-class _Timer:
-    fire_at: Any
-
-
-class _Context:
-    """The part of ``DurableOrchestrationContext`` the orchestrator uses; every call returns a task
-    description that :class:`Durable` carries out."""
-
-    current_utc_datetime = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __init__(self, payload: Any) -> None:
-        self._payload = payload
-        self.custom_status: Any = None
-
-    def get_input(self) -> Any:
-        return self._payload
-
-    def call_activity(self, name: str, payload: Any) -> _Activity:
-        return _Activity(name, payload)
-
-    def call_entity(self, entity: Any, operation: str, payload: Any) -> _EntityCall:
-        return _EntityCall(entity, operation, payload)
-
-    def wait_for_external_event(self, name: str) -> _WaitEvent:
-        return _WaitEvent(name)
-
-    def task_any(self, tasks: list[_WaitEvent]) -> _AnyOf:
-        return _AnyOf(list(tasks))
-
-    def create_timer(self, fire_at: Any) -> _Timer:
-        return _Timer(fire_at)
-
-    def set_custom_status(self, status: Any) -> None:
-        self.custom_status = status
-
-
-def _wire(value: Any) -> Any:
-    """Everything crossing the Durable boundary is JSON."""
-    return json.loads(json.dumps(value))
-
-
-class Durable:
-    """The ``DurableRuntime`` port plus a runtime for the real orchestrator (see the module docstring)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.entities: dict[str, Any] = {}
-        self.inbox: dict[str, list[tuple[str, Any]]] = {}
-        self.wakeups: dict[str, asyncio.Event] = {}
-        self.runs: dict[str, asyncio.Task[Any]] = {}
-        self.activity_errors: list[tuple[str, str, str]] = []
-        self.activities: dict[str, list[str]] = {}
-        self.plan_order: list[str] = []
-
-    # -- DurableRuntime port (what ResponsesService calls)
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
-        assert instance_id not in self.runs, "an orchestration id was reused"
-        self.inbox[instance_id] = []
-        self.wakeups[instance_id] = asyncio.Event()
-        self.activities[instance_id] = []
-        self.runs[instance_id] = asyncio.create_task(self._orchestrate(instance_id, _wire(payload)))
-
-    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
-        if instance_id not in self.runs:
-            raise LookupError(f"no orchestration {instance_id}")
-        self.inbox[instance_id].append((name, _wire(data)))
-        self.wakeups[instance_id].set()
-
-    # -- the orchestration loop
-    async def _orchestrate(self, instance_id: str, payload: Any) -> Any:
-        generator: Generator[Any, Any, Any] = orch.response_orchestrator(_Context(payload))
-        send: Any = None
-        throw: BaseException | None = None
-        for _ in range(1000):
-            try:
-                task = generator.throw(throw) if throw is not None else generator.send(send)
-            except StopIteration as done:
-                return done.value
-            send, throw = None, None
-            try:
-                send = await self._perform(instance_id, task)
-            except Exception as exc:  # a failed activity is thrown into the orchestrator, as Durable does
-                self.activity_errors.append((instance_id, type(exc).__name__, str(exc)[:300]))
-                throw = exc
-        raise AssertionError(f"orchestration {instance_id} did not end in 1000 steps")
-
-    async def _perform(self, instance_id: str, task: Any) -> Any:
-        if isinstance(task, _Activity):
-            args = _wire(task.payload)
-            self.activities[instance_id].append(task.name)
-            return _wire(await self._activity(task.name, args))
-        if isinstance(task, _EntityCall):
-            await asyncio.sleep(0)  # an entity operation is a message: let others interleave
-            key = f"{task.entity.name}@{task.entity.key}"
-            state = chainlock.coerce_state(self.entities.get(key))
-            new_state, answer = chainlock.apply(task.operation, state, _wire(task.payload))
-            self.entities[key] = _wire(new_state)
-            return _wire(answer)
-        if isinstance(task, _WaitEvent):
-            return (await self._next_event(instance_id, [task]))[1]
-        if isinstance(task, _AnyOf):
-            winner, _ = await self._next_event(instance_id, task.tasks)
-            return winner
-        if isinstance(task, _Timer):
-            await asyncio.sleep(0)  # retry backoff: time is not what these tests are about
-            return None
-        raise AssertionError(f"unexpected orchestrator task {task!r}")
-
-    async def _next_event(self, instance_id: str, waits: list[_WaitEvent]) -> tuple[_WaitEvent, Any]:
-        """The first buffered event one of ``waits`` is waiting for (in arrival order)."""
-        while True:
-            inbox = self.inbox[instance_id]
-            for position, (name, data) in enumerate(inbox):
-                for wait in waits:
-                    if wait.name == name:
-                        del inbox[position]
-                        return wait, data
-            self.wakeups[instance_id].clear()
-            await self.wakeups[instance_id].wait()
-
-    async def _activity(self, name: str, args: dict[str, Any]) -> Any:
-        rid = str(args["response_id"])
-        if name == orch.PLAN:
-            self.plan_order.append(rid)
-            return await self.engine.plan(rid)
-        if name == orch.RUN_PHASE:
-            return await self.engine.run_phase(rid, int(args["index"]))
-        if name == orch.FINALIZE:
-            return await self.engine.finalize(rid, args)
-        if name == orch.MARK_QUEUED:
-            return await self.engine.mark_queued(rid)
-        if name == orch.WAKE_NEXT:
-            await self.raise_event(rid, orch.LOCK_GRANTED_EVENT, {"granted": True})
-            return {"woken": rid}
-        raise AssertionError(f"unknown activity {name}")
-
-    def entity_state(self, chain_id: str) -> chainlock.ChainState:
-        return chainlock.coerce_state(self.entities.get(f"{orch.CHAIN_LOCK_ENTITY}@{chain_id}"))
-
-    async def wait(self, instance_id: str, timeout: float) -> Any:
-        return await asyncio.wait_for(asyncio.shield(self.runs[instance_id]), timeout)
+# ``Durable`` (tests/durable_standin.py) runs the real orchestrator over the real activities; see its docstring.
 
 
 class RacingEngine(Engine):

@@ -160,12 +160,32 @@ class Replay:
         self._pending.append(self._event(History.EVENT_RAISED, Name=self._entity_request_ids[position],
                                          Input=json.dumps(response)))
 
+    def entity_error(self, position: int, message: str) -> None:
+        """An entity operation that threw: the answer carries ``exceptionType`` (the SDK raises it)."""
+        response = {"result": json.dumps(message), "exceptionType": "System.Exception"}
+        self._pending.append(self._event(History.EVENT_RAISED, Name=self._entity_request_ids[position],
+                                         Input=json.dumps(response)))
+
+    def timer_delays(self) -> list[float]:
+        """Seconds from each recorded timer's episode start (the orchestration's clock) to its ``FireAt``."""
+        delays: list[float] = []
+        started = None
+        for event in self.history:
+            if event["EventType"] == History.ORCHESTRATOR_STARTED:
+                started = datetime.fromisoformat(event["Timestamp"].replace("Z", "+00:00"))
+            elif event["EventType"] == History.TIMER_CREATED and started is not None:
+                fire_at = datetime.fromisoformat(str(event["FireAt"]).replace("Z", "+00:00"))
+                if fire_at.tzinfo is None:
+                    fire_at = fire_at.replace(tzinfo=UTC)
+                delays.append(round((fire_at - started).total_seconds(), 3))
+        return delays
+
 
 def drive(replay: Replay, respond: Any, max_episodes: int = 500) -> Episode:
     """Run episodes, answering every new action with ``respond(kind, action, position)`` until done.
 
-    ``respond`` returns ``("ok", value)``, ``("fail", reason)``, ``("event", (name, payload))`` or
-    ``None`` to leave the action pending (as a crashed worker would).
+    ``respond`` returns ``("ok", value)``, ``("fail", reason)`` (an activity's TaskFailed, or an entity
+    operation that threw), ``("event", (name, payload))`` or ``None`` to leave the action pending.
     """
     episode = replay.run()
     for _ in range(max_episodes):
@@ -186,6 +206,8 @@ def drive(replay: Replay, respond: Any, max_episodes: int = 500) -> Episode:
                     replay.fire_timer(position, action["fireAt"])
                 else:
                     replay.complete(position, value)
+            elif verb == "fail" and action.get("actionType") == ActionType.CALL_ENTITY:
+                replay.entity_error(position, str(value))
             elif verb == "fail":
                 replay.fail(position, reason=str(value))
             elif verb == "event":

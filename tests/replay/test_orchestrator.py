@@ -171,9 +171,12 @@ def test_long_plan_replays_deterministically(handle: Any) -> None:
 
 
 def _locked(answer: dict[str, Any], later: list[tuple[str, Any]] | None = None) -> Any:
-    """Responder for a turn on a chain: acquire answers ``answer``; release hands over to nobody."""
+    """Responder for a turn on a chain: acquire answers ``answer``; release hands over to ``resp_next``.
+    While the turn is queued its lock-recheck timers stay pending (no time passes)."""
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ActionType.CREATE_TIMER and answer.get("state") == "queued":
+            return None
         if kind == ActionType.CALL_ENTITY:
             op = action["operation"]
             if op == "acquire":
@@ -204,13 +207,15 @@ def test_queued_turn_waits_for_the_grant_then_runs(handle: Any) -> None:
     replay = Replay(handle, {"response_id": RID, "chain_id": "conv_chain"})
     waiting = drive(replay, _locked({"state": "queued", "position": 1}))
     assert not waiting.is_done
-    assert _names(waiting.actions) == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel"]
+    assert _names(waiting.actions) == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel",
+                                       "timer"]
     assert waiting.custom_status == {"response_id": RID, "state": "queued"}
     replay.raise_event("lock_granted", {"granted": True})
     done = drive(replay, _locked({"state": "queued"}))
     assert done.is_done
-    assert _names(done.actions)[4:] == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response",
+    assert _names(done.actions)[5:] == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response",
                                         "entity:release", "wake_next_turn"]
+    assert done.actions[4]["isCanceled"] is True  # the grant won: its recheck timer is cancelled
 
 
 def test_queued_turn_cancelled_leaves_the_queue_without_running(handle: Any) -> None:
@@ -220,7 +225,7 @@ def test_queued_turn_cancelled_leaves_the_queue_without_running(handle: Any) -> 
     done = drive(replay, _locked({"state": "queued"}))
     assert done.is_done
     names = _names(done.actions)
-    assert names[4:] == ["entity:remove", "finalize_response"]
+    assert names[5:] == ["entity:remove", "finalize_response"]
     assert "plan_response" not in names and "entity:release" not in names
     assert _activity(done.actions[-1])[1]["status"] == "cancelled"
 

@@ -71,6 +71,12 @@ def test_worker_killed_inside_phase_two_recovers_with_one_repeated_phase(client:
     assert final.status == "completed" and len(final.output) == 3
     assert [(i["id"], i["text"]) for i in rebuild(events)] == [(o.id, o.content[0].text) for o in final.output]
 
+    # The client's stream helper accepts the whole recovery stream; its final response equals GET.
+    with client.responses.stream(response_id=response_id, starting_after=-1) as replay:
+        helper = replay.get_final_response()
+    assert [o.content[0].text for o in helper.output] == [o.content[0].text for o in final.output]
+    assert [o.id for o in helper.output] == [o.id for o in final.output] and helper.status == final.status
+
     # Identical output to a fault-free run of the same (deterministic) agent.
     clean = client.responses.create(model="m", input="Survive a crash", metadata=knobs(phases=3, words=30))
     assert [o.content[0].text for o in clean.output] == [o.content[0].text for o in final.output]

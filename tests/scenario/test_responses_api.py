@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -161,3 +162,39 @@ def test_conversation_is_echoed(client: OpenAI) -> None:
     response = client.responses.create(model="m", input="x", conversation="conv_scenario1",
                                        metadata=knobs(phases=1, words=2))
     assert response.conversation is not None and response.conversation.id == "conv_scenario1"
+
+
+def test_cancel_is_atomic_to_readers(client: OpenAI, http: httpx.Client) -> None:
+    """The cancelled status and the partial output become visible together: the cancel's answer and the
+    first read right after it carry the stopped phase's partial item, and a reader polling throughout
+    never sees ``cancelled`` with fewer items than the final response."""
+    created = client.responses.create(model="m", input="long", background=True,
+                                      metadata=knobs(phases=3, words=400, delay_ms=10))
+    for event in client.responses.retrieve(created.id, stream=True, starting_after=-1):
+        if event.type == "response.output_text.delta" and event.output_index == 1:
+            break  # phase 1 is streaming: phase 0 is checkpointed, phase 1 is partial
+    seen: list[tuple[str, int]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(base_url=str(http.base_url), timeout=30.0) as reader:
+            while not stop.is_set():
+                body = reader.get(f"/responses/{created.id}").json()
+                seen.append((body["status"], len(body["output"])))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        wait_until(lambda: seen)  # the poller reads before, during and after the cancel
+        cancelled = client.responses.cancel(created.id)
+        first_read = client.responses.retrieve(created.id)
+    finally:
+        stop.set()
+        poller.join()
+    for answer in (cancelled, first_read):
+        assert answer.status == "cancelled"
+        assert [item.status for item in answer.output] == ["completed", "incomplete"]  # type: ignore[union-attr]
+        assert answer.output_text
+    assert first_read.output == cancelled.output
+    assert seen[0][0] == "in_progress"
+    assert all(count == 2 for status, count in seen if status == "cancelled"), seen

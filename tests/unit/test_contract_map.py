@@ -1,4 +1,4 @@
-"""The contract's rules each map to tests that exist (docs/CONTRACT_TESTS.md)."""
+"""The contract's rules (docs/CONTRACT.md) each map to tests that exist (docs/CONTRACT_TESTS.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "CONTRACT_TESTS.md"
-RULES = [f"R{i}" for i in range(1, 9)] + [f"S{i}" for i in range(1, 6)] + [f"E{i}" for i in range(1, 10)]
+CONTRACT = ROOT / "docs" / "CONTRACT.md"
+# A rule is a list item that starts with its bold id, e.g. "- **R1** Persist before send: ...".
+RULE_MARK = re.compile(r"^\s*-\s+\*\*([A-Z]+\d+)\*\*", re.MULTILINE)
+
+
+def _contract_rules() -> list[str]:
+    return RULE_MARK.findall(CONTRACT.read_text(encoding="utf-8"))
 
 
 def _rows() -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
     for line in TABLE.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"\|\s*([RSE]\d+)\s*\|[^|]*\|(.*)\|\s*$", line)
+        match = re.match(r"\|\s*([A-Z]+\d+)\s*\|[^|]*\|(.*)\|\s*$", line)
         if match:
             rows[match.group(1)] = re.findall(r"`([^`]+::[^`]+)`", match.group(2))
     return rows
@@ -26,10 +32,17 @@ def _test_names(path: Path) -> set[str]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")}
 
 
+def test_the_contract_names_each_rule_once() -> None:
+    rules = _contract_rules()
+    assert {"R1", "R8", "S1", "S5", "E1", "E9"} <= set(rules)  # the rule marks are still recognised
+    assert sorted(rules) == sorted(set(rules)), "a rule id is used twice in docs/CONTRACT.md"
+
+
 def test_every_rule_has_at_least_one_test() -> None:
     rows = _rows()
-    assert [rule for rule in RULES if not rows.get(rule)] == []
-    assert set(rows) == set(RULES), "unknown rule ids in the table"
+    rules = _contract_rules()
+    assert [rule for rule in rules if not rows.get(rule)] == []
+    assert sorted(set(rows) - set(rules)) == [], "rule ids in the table that docs/CONTRACT.md does not have"
 
 
 def test_every_listed_test_exists() -> None:

@@ -101,22 +101,30 @@ def test_crash_endpoint_is_admin_only(indexed: dict[str, dict[str, Any]]) -> Non
 def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) -> None:
     (orch,) = _by_type(indexed["responses_orchestrator"], "orchestrationTrigger")
     assert orch["name"] == "context"
-    for activity in ("plan_response", "run_phase", "finalize_response", "mark_queued", "wake_next_turn"):
+    for activity in ("plan_response", "run_phase", "finalize_response", "mark_queued", "wake_next_turn",
+                     "inspect_response"):
         (trigger,) = _by_type(indexed[activity], "activityTrigger")
         assert trigger["name"] == "payload"
     assert _by_type(indexed["wake_next_turn"], "durableClient")[0]["name"] == "client"
+    assert _by_type(indexed["inspect_response"], "durableClient")[0]["name"] == "client"
     (entity,) = _by_type(indexed["chain_lock"], "entityTrigger")
     assert entity["name"] == "context"
 
 
 def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
     expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "plan_response", "run_phase",
-                                   "finalize_response", "mark_queued", "wake_next_turn", "chain_lock",
-                                   "__http_v2__"}
-    assert set(indexed) == expected | {"cleanup_expired"}
+                                   "finalize_response", "mark_queued", "wake_next_turn", "inspect_response",
+                                   "chain_lock", "__http_v2__"}
+    assert set(indexed) == expected | {"cleanup_expired", "repair_stuck_runs"}
 
 
 def test_retention_cleanup_is_a_timer_with_a_durable_client(indexed: dict[str, dict[str, Any]]) -> None:
     (timer,) = _by_type(indexed["cleanup_expired"], "timerTrigger")
     assert timer["schedule"] == "0 */15 * * * *" and timer["name"] == "timer"
     assert _by_type(indexed["cleanup_expired"], "durableClient")[0]["name"] == "client"
+
+
+def test_repair_sweep_is_a_timer_with_a_durable_client(indexed: dict[str, dict[str, Any]]) -> None:
+    (timer,) = _by_type(indexed["repair_stuck_runs"], "timerTrigger")
+    assert timer["schedule"] == "30 * * * * *" and timer["name"] == "timer"
+    assert _by_type(indexed["repair_stuck_runs"], "durableClient")[0]["name"] == "client"

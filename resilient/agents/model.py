@@ -1,0 +1,153 @@
+"""The model path of the sample agent: one OpenAI-compatible chat-completions client, and the mapping
+between this service's items and the model's messages, tools and errors.
+
+Why chat completions: every endpoint shape this template targets (Azure OpenAI deployment URLs, Azure's
+``/openai/v1`` API, OpenAI and OpenAI-compatible servers) serves it, it streams text, tool-call
+arguments and (with ``stream_options.include_usage``) the model's own token counts.
+
+Endpoint shapes, from ``AZURE_OPENAI_ENDPOINT``:
+
+* ``https://<resource>.openai.azure.com`` → deployment URLs (``/openai/deployments/<name>/...`` with
+  ``api-version``), through ``openai.AsyncAzureOpenAI``;
+* a base URL whose path ends in ``/v1`` (``https://<resource>.openai.azure.com/openai/v1``,
+  ``https://api.openai.com/v1``, a local server) → ``openai.AsyncOpenAI(base_url=...)``.
+
+Auth: an API key only when ``AZURE_OPENAI_API_KEY`` is set; otherwise an Entra ID token for
+``AZURE_OPENAI_TOKEN_SCOPE`` from ``azure-identity`` (``DefaultAzureCredential`` with the model's own
+managed-identity client id, ``AZURE_OPENAI_CLIENT_ID``, falling back to the app's).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx2
+import openai
+
+from resilient.agents.base import AgentError, PermanentAgentError, TransientAgentError, output_text
+from resilient.protocol.items import text_of
+from resilient.settings import Settings
+
+log = logging.getLogger("resilient.agents.model")
+
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+
+
+def is_v1_base_url(endpoint: str) -> bool:
+    """True for an OpenAI-style base URL (path ends in ``/v1``), False for an Azure resource endpoint."""
+    return urlparse(endpoint).path.rstrip("/").endswith("/v1")
+
+
+def create_client(settings: Settings) -> Any:
+    """The async client for the configured endpoint (see the module docstring)."""
+    endpoint = settings.azure_openai_endpoint or ""
+    common: dict[str, Any] = {"timeout": settings.model_timeout_seconds, "max_retries": settings.model_max_retries}
+    api_key: Any = settings.azure_openai_api_key
+    token_provider = None
+    if not api_key:
+        from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
+
+        credential = DefaultAzureCredential(managed_identity_client_id=settings.model_client_id)
+        token_provider = get_bearer_token_provider(credential, settings.model_token_scope)
+    if is_v1_base_url(endpoint):
+        return openai.AsyncOpenAI(base_url=endpoint, api_key=api_key or token_provider, **common)
+    if api_key:
+        return openai.AsyncAzureOpenAI(azure_endpoint=endpoint, api_key=api_key,
+                                       api_version=settings.azure_openai_api_version, **common)
+    return openai.AsyncAzureOpenAI(azure_endpoint=endpoint, azure_ad_token_provider=token_provider,
+                                   api_version=settings.azure_openai_api_version, **common)
+
+
+def agent_error(exc: BaseException) -> AgentError:
+    """Classify a model error. Permanent: 4xx except 408/409/429 (bad key, no access, no such deployment,
+    a bad request): retrying cannot help. Transient: 408/409/429, 5xx, timeouts and dropped connections;
+    the model's ``Retry-After`` (or ``retry-after-ms``) tells how long to wait."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = f"The model answered {status}: {_message(exc)}"
+        if 400 <= status < 500 and status not in TRANSIENT_STATUSES:
+            return PermanentAgentError(message)
+        error = TransientAgentError(message, retry_after=_retry_after(exc.response.headers))
+        if status == 429:
+            error.code = "rate_limit_exceeded"
+        return error
+    if isinstance(exc, openai.APIConnectionError | httpx2.HTTPError | TimeoutError | ConnectionError):
+        return TransientAgentError(f"The model connection failed: {type(exc).__name__}: {exc}")
+    if isinstance(exc, openai.APIError):  # an error event inside the stream
+        return TransientAgentError(f"The model stream failed: {exc.message}")
+    return PermanentAgentError(f"{type(exc).__name__}: {exc}")
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+    return str(exc.message)[:500]
+
+
+def _retry_after(headers: Any) -> float | None:
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name) if headers is not None else None
+        if raw:
+            try:
+                return max(0.0, float(raw) / divisor)
+            except ValueError:
+                continue
+    return None
+
+
+def chat_tools(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's function tools in the chat-completions shape."""
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool["name"]}
+        for key in ("description", "parameters", "strict"):
+            if tool.get(key) is not None:
+                function[key] = tool[key]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(choice: str | dict[str, Any]) -> Any:
+    if isinstance(choice, dict):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
+def chat_messages(system: str, history: Sequence[dict[str, Any]], turn: Sequence[dict[str, Any]],
+                  earlier_phases: Sequence[str]) -> list[dict[str, Any]]:
+    """Model messages: the system prompt, the chain's history and this turn's input (messages, tool calls
+    and their outputs), then the texts of this turn's earlier phases."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for item in [*history, *turn]:
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = str(item.get("role", "user"))
+            messages.append({"role": role if role in ("user", "assistant", "system") else "system",
+                             "content": text_of(item)})
+        elif kind == "function_call":
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
+            last = messages[-1]
+            if last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": output_text(item.get("output"))})
+        elif kind == "mcp_approval_request":
+            messages.append({"role": "assistant", "content": f"(asked for approval to run {item.get('name')} "
+                             f"with {item.get('arguments')})"})
+        elif kind == "mcp_approval_response":
+            verdict = "approved" if item.get("approve") else "denied"
+            reason = f": {item['reason']}" if item.get("reason") else ""
+            messages.append({"role": "user", "content": f"({verdict}{reason})"})
+    for text in earlier_phases:
+        messages.append({"role": "assistant", "content": text})
+    return messages

@@ -1,0 +1,181 @@
+"""What a phase yields, turned into output items and their stream events.
+
+A phase's output is usually one message. It can also be function calls (the turn then ends after the
+phase) or an approval request (the phase stops there and the turn pauses). Items are opened lazily, on
+the first thing the agent yields, because only then is the item's type known (a model decides between
+answering and calling a tool in its first chunk). At most one item is open at a time: text after a call
+opens a new message, a call after text closes the message first.
+
+Stream ``output_index`` values come from a counter that starts at the first index this attempt may use
+(see ``recovery.py``: after a recovery the stream's indexes run ahead of the output positions).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from resilient.agents.base import ApprovalRequest, FunctionCall, FunctionCallDelta, PhaseOutput, Usage
+from resilient.ids import new_approval_request_id, new_call_id, new_function_call_id, new_message_id
+from resilient.protocol import events as ev
+from resilient.protocol.items import (
+    ItemStatus,
+    approval_request_item,
+    function_call_item,
+    output_message,
+)
+from resilient.storage.ports import JsonDict
+
+
+class AgentOutputError(ValueError):
+    """The agent yielded something the request does not allow (an unknown tool, a call with tool_choice
+    ``none``, a value that is not a phase output). A bug in the agent: the phase fails at once."""
+
+
+@dataclass
+class _Open:
+    stream_index: int
+    kind: str  # "message" | "function_call"
+    item_id: str
+    text: list[str] = field(default_factory=list)
+    key: int | None = None  # FunctionCallDelta key
+    call_id: str = ""
+    name: str = ""
+
+
+class PhaseItems:
+    """Accumulates one phase attempt's items and emits their events in stream order."""
+
+    def __init__(self, first_stream_index: int, tool_names: set[str], tool_choice: object) -> None:
+        self.next_stream_index = first_stream_index
+        self._tools = tool_names
+        self._calls_allowed = tool_choice != "none"
+        self._open: _Open | None = None
+        self.items: list[JsonDict] = []
+        self.usage: list[Usage] = []
+        self.approval: JsonDict | None = None
+
+    # ------------------------------------------------------------------ feeding
+    def feed(self, output: PhaseOutput) -> list[JsonDict]:
+        """The events for one thing the agent yielded (none for usage or an empty text delta)."""
+        if isinstance(output, str):
+            return self._text(output)
+        if isinstance(output, Usage):
+            self.usage.append(output)
+            return []
+        if isinstance(output, FunctionCall):
+            events = self._close_open("completed")
+            events += self._open_call(output.name, None)
+            events += self._arguments(output.arguments)
+            return events + self._close_open("completed")
+        if isinstance(output, FunctionCallDelta):
+            events = []
+            if self._open is None or self._open.kind != "function_call" or self._open.key != output.key:
+                if output.name is None:
+                    raise AgentOutputError(f"the first chunk of function call {output.key} must name the function")
+                events += self._close_open("completed")
+                events += self._open_call(output.name, output.key)
+            return events + self._arguments(output.arguments)
+        if isinstance(output, ApprovalRequest):
+            events = self._close_open("completed")
+            _check_json_object(output.arguments, "approval request arguments")
+            item = approval_request_item(new_approval_request_id(), output.name, output.arguments,
+                                         output.server_label)
+            index = self._take_index()
+            self.items.append(item)
+            self.approval = item
+            return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
+        raise AgentOutputError(f"a phase may yield str, FunctionCall, FunctionCallDelta, ApprovalRequest or "
+                               f"Usage, not {type(output).__name__}")
+
+    def close(self, status: ItemStatus, *, ensure_item: bool) -> list[JsonDict]:
+        """Close the open item with ``status``. ``ensure_item``: a phase that yielded nothing still gets
+        one (empty) message, so every finished phase has a checkpoint."""
+        events = self._close_open(status)
+        if ensure_item and not self.items:
+            events += self._text_open()
+            events += self._close_open(status)
+        return events
+
+    # ------------------------------------------------------------------ views
+    @property
+    def paused(self) -> bool:
+        return self.approval is not None
+
+    @property
+    def calls(self) -> list[JsonDict]:
+        return [item for item in self.items if item["type"] == "function_call"]
+
+    @property
+    def opened_any(self) -> bool:
+        return bool(self.items) or self._open is not None
+
+    def shift(self, by: int) -> None:
+        """Move every stream index of this attempt by ``by`` (the log grew before our first append)."""
+        self.next_stream_index += by
+        if self._open is not None:
+            self._open.stream_index += by
+
+    # ------------------------------------------------------------------ internals
+    def _take_index(self) -> int:
+        index = self.next_stream_index
+        self.next_stream_index += 1
+        return index
+
+    def _text(self, delta: str) -> list[JsonDict]:
+        if not delta:
+            return []
+        events: list[JsonDict] = []
+        if self._open is None or self._open.kind != "message":
+            events += self._close_open("completed")
+            events += self._text_open()
+        assert self._open is not None
+        self._open.text.append(delta)
+        return [*events, ev.output_text_delta(self._open.item_id, self._open.stream_index, 0, delta)]
+
+    def _text_open(self) -> list[JsonDict]:
+        self._open = _Open(self._take_index(), "message", new_message_id())
+        return ev.phase_opening_events(self._open.stream_index, self._open.item_id)
+
+    def _open_call(self, name: str, key: int | None) -> list[JsonDict]:
+        if not self._calls_allowed:
+            raise AgentOutputError(f"the agent called {name!r} but tool_choice is 'none'")
+        if name not in self._tools:
+            raise AgentOutputError(f"the agent called {name!r}, which is not one of the request's tools")
+        self._open = _Open(self._take_index(), "function_call", new_function_call_id(), key=key,
+                           call_id=new_call_id(), name=name)
+        item = function_call_item(self._open.item_id, self._open.call_id, name, "", status="in_progress")
+        return ev.item_opening_events(self._open.stream_index, item)
+
+    def _arguments(self, delta: str) -> list[JsonDict]:
+        assert self._open is not None and self._open.kind == "function_call"
+        if not delta:
+            return []
+        self._open.text.append(delta)
+        return [ev.function_call_arguments_delta(self._open.item_id, self._open.stream_index, delta)]
+
+    def _close_open(self, status: ItemStatus) -> list[JsonDict]:
+        current = self._open
+        if current is None:
+            return []
+        text = "".join(current.text)
+        if current.kind == "message":
+            item = output_message(current.item_id, text, status=status)
+        else:
+            if status == "completed":
+                text = text or "{}"
+                _check_json_object(text, f"arguments of {current.name!r}")  # before the item is closed
+            item = function_call_item(current.item_id, current.call_id, current.name, text, status=status)
+        self._open = None
+        self.items.append(item)
+        return ev.item_closing_events(current.stream_index, item)
+
+
+def _check_json_object(text: str, what: str) -> None:
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        raise AgentOutputError(f"{what} are not valid JSON: {text[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise AgentOutputError(f"{what} must be a JSON object, got {text[:200]!r}")

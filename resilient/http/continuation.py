@@ -1,0 +1,106 @@
+"""Checks for a turn that answers the previous one: tool outputs and approval answers.
+
+A ``function_call_output`` must answer a ``call_id`` the chain issued; when the previous turn ended with
+function calls, every one of them must be answered (as the OpenAI API requires: a model cannot go on with
+a call left open). An ``mcp_approval_response`` must answer the approval request the previous turn paused
+on; the answer decides how the paused plan continues (``resume`` in the new turn's row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from resilient.protocol import errors
+from resilient.protocol.request import CreateResponseRequest
+from resilient.storage.errors import NotFound
+from resilient.storage.factory import Storage
+
+MAX_TURNS_SEARCHED = 50
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What the new turn's row records: ``resume`` when it answers a paused plan."""
+
+    resume: dict[str, Any] | None = None
+
+
+async def check_continuation(
+    storage: Storage, request: CreateResponseRequest, previous_turn: str | None
+) -> Continuation:
+    """Validate the request's tool outputs and approval answers against the chain (400s name the item)."""
+    outputs = request.function_outputs()
+    approvals = request.approval_responses()
+    if previous_turn is None:
+        if outputs or approvals:
+            raise _bad(0, "call_id" if outputs else "approval_request_id",
+                       "this conversation has no earlier turn to answer.")
+        return Continuation()
+    previous_output = await _output_of(storage, previous_turn)
+    positions = {id(item): i for i, item in enumerate(request.items())}
+
+    if outputs:
+        issued = {str(i.get("call_id")) for i in previous_output if i.get("type") == "function_call"}
+        unknown = [o for o in outputs if o.call_id not in issued]
+        if unknown:
+            issued |= await _earlier_calls(storage, previous_turn)
+        for output in outputs:
+            if output.call_id not in issued:
+                raise errors.invalid_request(
+                    f"No tool call found for function call output with call_id {errors.echo(output.call_id)}.",
+                    param=f"input[{positions[id(output)]}].call_id", code=errors.CODE_INVALID_VALUE)
+    answered = {o.call_id for o in outputs}
+    for item in previous_output:
+        if item.get("type") == "function_call" and item.get("call_id") not in answered:
+            raise errors.invalid_request(
+                f"No tool output found for function call {errors.echo(item.get('call_id'))}: answer every call "
+                "of the previous response with a function_call_output item.", param="input",
+                code=errors.CODE_INVALID_VALUE)
+
+    if not approvals:
+        return Continuation()
+    if len(approvals) > 1:
+        raise _bad(positions[id(approvals[1])], "approval_request_id", "a turn can answer one approval request.")
+    answer = approvals[0]
+    pending = [i for i in previous_output if i.get("type") == "mcp_approval_request"]
+    if not pending or pending[-1].get("id") != answer.approval_request_id:
+        raise errors.invalid_request(
+            f"No pending approval request with id {errors.echo(answer.approval_request_id)} in the previous "
+            "response.", param=f"input[{positions[id(answer)]}].approval_request_id", code=errors.CODE_INVALID_VALUE)
+    return Continuation(resume={
+        "from": previous_turn,
+        "approval_request_id": answer.approval_request_id,
+        "approve": answer.approve,
+        "reason": answer.reason,
+        "name": pending[-1].get("name"),
+    })
+
+
+async def _output_of(storage: Storage, response_id: str) -> list[dict[str, Any]]:
+    try:
+        return await storage.items.list_output_items(response_id)
+    except NotFound:
+        return []
+
+
+async def _earlier_calls(storage: Storage, previous_turn: str) -> set[str]:
+    """call_ids issued by the turns before the previous one (following the chain back)."""
+    found: set[str] = set()
+    turn: str | None = previous_turn
+    for _ in range(MAX_TURNS_SEARCHED):
+        if turn is None:
+            break
+        try:
+            record = await storage.responses.get(turn)
+        except NotFound:
+            break
+        found |= {str(i.get("call_id")) for i in await _output_of(storage, turn) if i.get("type") == "function_call"}
+        earlier = record.doc.get("previous_turn") or record.doc.get("previous_response_id")
+        turn = str(earlier) if earlier else None
+    return found
+
+
+def _bad(position: int, field: str, detail: str) -> errors.ApiError:
+    return errors.invalid_request(f"Invalid value for 'input[{position}].{field}': {detail}",
+                                  param=f"input[{position}].{field}", code=errors.CODE_INVALID_VALUE)

@@ -1,10 +1,14 @@
-"""Python API for tests: run the host double as a subprocess.
+"""Python API for tests: run the host double (platform → host → worker processes) as a subprocess.
 
     with HostDouble("/work/main", env={"RESILIENT_ENABLE_CRASH_ENDPOINT": "true"}) as double:
         httpx.post(f"{double.base_url}/responses", json=...)
-        double.kill_worker()
-        double.wait_for_worker_restarts(1)
-        assert double.stats()["worker_restarts"] == 1
+        double.kill_worker()                                  # SIGKILL the worker now
+        double.kill_worker(target="activity", name="run_phase", delay=0.2)  # ...inside the next run_phase
+        double.kill_host(); double.restart()                  # a container crash, then the same command again
+
+Each double gets its **own task hub** (and host id) unless the caller names one: several doubles share one
+Azurite (CI, parallel engineers), and Durable state now lives there. A task hub the double generated is
+deleted again by :meth:`stop`.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,8 @@ from .protocol import READY_LINE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DURABLE_PATH = "/runtime/webhooks/durabletask"
+HUB_SETTING = "AzureFunctionsJobHost__extensions__durableTask__hubName"
+HOST_ID_SETTING = "AzureFunctionsWebHost__hostid"
 
 
 def free_port() -> int:
@@ -41,70 +49,160 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
 
 
+def delete_task_hub(connection_string: str, hub: str, host_id: str | None = None) -> None:
+    """Delete a task hub's tables, queues and containers (and the host id's timer status blobs)."""
+    from azure.core.exceptions import ResourceNotFoundError
+    from azure.data.tables import TableServiceClient
+    from azure.storage.blob import BlobServiceClient
+    from azure.storage.queue import QueueServiceClient
+
+    common: dict[str, Any] = {"use_env_settings": False, "retry_total": 1, "connection_timeout": 3, "read_timeout": 10}
+    tables = TableServiceClient.from_connection_string(connection_string, **common)
+    queues = QueueServiceClient.from_connection_string(connection_string, **common)
+    blobs = BlobServiceClient.from_connection_string(connection_string, **common)
+    with tables, queues, blobs:
+        for table in (f"{hub}Instances", f"{hub}History"):
+            with contextlib.suppress(ResourceNotFoundError):
+                tables.delete_table(table)
+        for queue in list(queues.list_queues(name_starts_with=f"{hub.lower()}-")):
+            with contextlib.suppress(ResourceNotFoundError):
+                queues.delete_queue(queue.name)
+        for container in list(blobs.list_containers(name_starts_with=f"{hub.lower()}-")):
+            with contextlib.suppress(ResourceNotFoundError):
+                blobs.delete_container(container.name)
+        if host_id:
+            hosts = blobs.get_container_client("azure-webjobs-hosts")
+            with contextlib.suppress(ResourceNotFoundError):
+                for blob in list(hosts.list_blobs(name_starts_with=f"timers/{host_id}/")):
+                    hosts.delete_blob(blob.name)
+
+
 class HostDoubleError(RuntimeError):
     pass
 
 
 class HostDouble:
-    """The host double (host + worker processes) for one app directory, as a context manager."""
+    """The host double for one app directory, as a context manager.
+
+    ``task_hub``: a task hub name; default: a fresh one per double (deleted by :meth:`stop`). Pass
+    ``task_hub="host.json"`` to use whatever host.json names. ``kind_redelivery``: the double's old crash
+    semantics (see the README); off by default.
+    """
 
     def __init__(self, app_dir: str | os.PathLike[str], port: int | None = None, *,
                  env: dict[str, str] | None = None, settings: str | None = "local.settings.json",
                  script: str | None = None, startup_timeout: float = 60.0,
-                 log_path: str | os.PathLike[str] | None = None) -> None:
+                 log_path: str | os.PathLike[str] | None = None, kind_redelivery: bool = False,
+                 task_hub: str | None = None) -> None:
         self.app_dir = str(Path(app_dir).resolve())
         self.port = port or free_port()
         self.env = dict(env or {})
         self.settings = settings
         self.script = script
         self.startup_timeout = startup_timeout
+        self.kind_redelivery = kind_redelivery
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.durable_url = f"{self.base_url}{DURABLE_PATH}"
         self._log_dir: tempfile.TemporaryDirectory[str] | None = None
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen[bytes] | None = None
-        self._http = httpx.Client(timeout=10.0)
+        self._http: httpx.Client | None = None
+        self.owns_task_hub = False
+        if task_hub == "host.json":
+            self.task_hub: str | None = None
+        elif task_hub is not None:
+            self.env[HUB_SETTING] = self.task_hub = task_hub
+        elif HUB_SETTING in self.env or HUB_SETTING in os.environ:
+            self.task_hub = self.env.get(HUB_SETTING) or os.environ[HUB_SETTING]
+        else:
+            self.env[HUB_SETTING] = self.task_hub = "hd" + secrets.token_hex(6)
+            self.owns_task_hub = True
+        self.env.setdefault(HOST_ID_SETTING, f"hostdouble-{secrets.token_hex(4)}")
 
     # ---------------------------------------------------------------------------------------------- lifecycle
-    def start(self) -> HostDouble:
-        if self.log_path is None:
-            self._log_dir = tempfile.TemporaryDirectory(prefix="hostdouble-")
-            self.log_path = Path(self._log_dir.name) / "hostdouble.log"
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "tests.hostdouble", "--port", str(self.port), "--app-dir", self.app_dir,
                "--settings", self.settings or ""]
         if self.script:
             cmd += ["--script", self.script]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent)
+        if self.kind_redelivery:
+            cmd.append("--kind-redelivery")
+        return cmd
+
+    def _process_env(self) -> dict[str, str]:
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def start(self) -> HostDouble:
+        """Start the platform (in its own process group) and wait until a host is ready."""
+        if self.log_path is None:
+            self._log_dir = tempfile.TemporaryDirectory(prefix="hostdouble-")
+            self.log_path = Path(self._log_dir.name) / "hostdouble.log"
+        seen = self.log().count(READY_LINE.format(port=self.port))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, env=self._process_env(), stdout=log,
+                                         stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                         start_new_session=True)
+        if self._http is None:
+            self._http = httpx.Client(timeout=10.0)
+        try:
+            self.wait_until_ready(seen + 1, self.startup_timeout)
+        except HostDoubleError:
+            self.stop()
+            raise
+        return self
+
+    def wait_until_ready(self, ready_lines: int | None = None, timeout: float | None = None) -> None:
+        """Wait for the ``ready_lines``-th "listening" line (default: one more than now)."""
         ready = READY_LINE.format(port=self.port)
-        deadline = time.monotonic() + self.startup_timeout
+        target = self.log().count(ready) + 1 if ready_lines is None else ready_lines
+        deadline = time.monotonic() + (timeout or self.startup_timeout)
         while time.monotonic() < deadline:
-            if ready in self.log():
-                return self
-            if self.proc.poll() is not None:
+            if self.log().count(ready) >= target:
+                return
+            if self.proc is not None and self.proc.poll() is not None:
                 raise HostDoubleError(f"host double exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
             time.sleep(0.05)
-        self.stop()
-        raise HostDoubleError(f"host double not ready after {self.startup_timeout}s:\n{self.log()[-4000:]}")
+        raise HostDoubleError(f"host double not ready after {timeout or self.startup_timeout}s:\n{self.log()[-4000:]}")
 
-    def stop(self) -> None:
-        worker_pid = None
-        with contextlib.suppress(Exception):
-            worker_pid = self.stats().get("worker_pid")
+    def stop(self, *, delete_task_hub_too: bool | None = None) -> None:
+        """SIGTERM the platform (it stops its host and worker), SIGKILL the group if that hangs; delete the
+        task hub if this double generated it (or ``delete_task_hub_too``)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(10)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if worker_pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker_pid, signal.SIGKILL)
-        self._http.close()
+                self._kill_group()
+        self._kill_group()  # anything left in the group (a host or worker that outlived the platform)
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        if delete_task_hub_too if delete_task_hub_too is not None else self.owns_task_hub:
+            with contextlib.suppress(Exception):
+                delete_task_hub(self._process_env().get("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
+                                str(self.task_hub), self.env.get(HOST_ID_SETTING))
+
+    def _kill_group(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+
+    def kill_host(self) -> None:
+        """SIGKILL the whole process group (platform, host, worker): what a container crash does."""
+        if self.proc is None:
+            raise HostDoubleError("the double is not running")
+        self._kill_group()
+
+    def restart(self) -> HostDouble:
+        """Start again with the same command, port, settings and task hub (after :meth:`kill_host`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise HostDoubleError("the double is still running: kill_host() or stop() it first")
+        return self.start()
 
     def __enter__(self) -> HostDouble:
         return self.start()
@@ -113,38 +211,70 @@ class HostDouble:
         self.stop()
 
     def log(self) -> str:
-        """Everything the host and the worker printed so far."""
+        """Everything the platform, the hosts and the workers printed so far."""
         if self.log_path is None or not self.log_path.exists():
             return ""
         return self.log_path.read_text(errors="replace")
 
     # ---------------------------------------------------------------------------------------------- test hooks
-    def stats(self) -> dict[str, Any]:
-        """``GET /runtime/webhooks/durabletask/_double/stats``: worker pid/restarts, activity deliveries, ..."""
-        response = self._http.get(f"{self.durable_url}/_double/stats")
-        response.raise_for_status()
-        result: dict[str, Any] = response.json()
-        return result
+    @property
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            self._http = httpx.Client(timeout=10.0)
+        return self._http
 
-    def kill_worker(self) -> int:
-        """SIGKILL the current worker process; returns its pid. The host restarts it."""
-        pid = self.stats()["worker_pid"]
-        os.kill(pid, signal.SIGKILL)
-        return int(pid)
+    def stats(self) -> dict[str, Any]:
+        """``GET /runtime/webhooks/durabletask/_double/stats`` (retried briefly while a host recycles)."""
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                response = self.http.get(f"{self.durable_url}/_double/stats")
+                response.raise_for_status()
+                result: dict[str, Any] = response.json()
+                return result
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def kill_worker(self, target: str = "now", *, name: str | None = None, delay: float = 0.0) -> Any:
+        """SIGKILL the worker: ``now`` (returns its pid), or inside the next ``activity`` (optionally of
+        ``name``), ``orchestrator`` episode, ``entity`` batch, ``http`` request or ``timer`` run, ``delay``
+        seconds after it starts (returns the armed plan; ``stats()["kills"]`` records when it fired)."""
+        params: dict[str, Any] = {"target": target, "delay": delay}
+        if name:
+            params["name"] = name
+        response = self.http.post(f"{self.durable_url}/_double/kill-worker", params=params)
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        if target == "now":
+            return int(answer["killed_pid"])
+        return answer["armed"]
+
+    def set_kind_redelivery(self, enabled: bool) -> None:
+        """Switch the running double between the real crash semantics and the old kind re-delivery."""
+        response = self.http.post(f"{self.durable_url}/_double/semantics",
+                                  params={"kind_redelivery": str(enabled).lower()})
+        response.raise_for_status()
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], Any], timeout: float = 30.0) -> dict[str, Any]:
+        """Poll ``stats()`` until ``predicate(stats)`` is true; returns those stats."""
+        deadline = time.monotonic() + timeout
+        stats: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            stats = self.stats()
+            if predicate(stats):
+                return stats
+            time.sleep(0.05)
+        raise TimeoutError(f"condition not met after {timeout}s: {stats}")
 
     def wait_for_worker_restarts(self, count: int, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the worker was restarted ``count`` times in total and the new one is ready."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            stats = self.stats()
-            if stats["worker_restarts"] >= count and stats["worker_ready"]:
-                return stats
-            time.sleep(0.05)
-        raise TimeoutError(f"worker restarts < {count} after {timeout}s: {self.stats()}")
+        return self.wait_for(lambda s: s["worker_restarts"] >= count and s["worker_ready"], timeout)
 
     def status(self, instance_id: str) -> dict[str, Any] | None:
         """The Durable status payload of an instance (``None`` if unknown)."""
-        response = self._http.get(f"{self.durable_url}/instances/{instance_id}")
+        response = self.http.get(f"{self.durable_url}/instances/{instance_id}")
         if response.status_code == 404:
             return None
         result: dict[str, Any] = response.json()
@@ -156,8 +286,9 @@ class HostDouble:
         deadline = time.monotonic() + timeout
         last: dict[str, Any] | None = None
         while time.monotonic() < deadline:
-            last = self.status(instance_id)
-            if last is not None and last.get("runtimeStatus") in statuses:
-                return last
+            with contextlib.suppress(httpx.TransportError):
+                last = self.status(instance_id)
+                if last is not None and last.get("runtimeStatus") in statuses:
+                    return last
             time.sleep(0.05)
         raise TimeoutError(f"instance {instance_id} not in {statuses} after {timeout}s: {last}")

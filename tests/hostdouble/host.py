@@ -1,21 +1,25 @@
-"""The host process of the double: public HTTP server, reverse proxy to the worker, Durable HTTP API.
+"""The host process of the double: public HTTP server, reverse proxy to the worker, Durable runtime and
+HTTP API, timer triggers.
 
 Public surface on ``127.0.0.1:PORT``:
 
 * ``/<routePrefix>/<route>``: every HTTP function of the app (host.json ``extensions.http.routePrefix``,
-  default ``api``), reverse-proxied to the worker and streamed back chunk by chunk;
-* ``/runtime/webhooks/durabletask/...``: the subset of the Durable Functions HTTP API the Python
-  ``DurableOrchestrationClient`` calls (its binding's ``rpcBaseUrl`` points here), plus
-  ``_double/stats`` (GET) and ``_double/kill-worker`` (POST) for tests.
+  default ``api``), reverse-proxied to the worker and streamed back chunk by chunk. Each request is one
+  invocation: it waits while the worker restarts, counts against ``functionTimeout`` until its body is
+  copied, and fails with a 500 (empty body) when the worker dies before the response started;
+* ``/runtime/webhooks/durabletask/...``: the Durable HTTP API (``durable_api.py``), plus the double's test
+  hooks ``_double/stats`` (GET), ``_double/kill-worker`` (POST), ``_double/semantics`` (POST).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import re
 import sys
-import uuid
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,10 +30,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .engine import TERMINAL, DurableEngine, Instance, InstanceConflict, UnknownFunction
+from . import config as host_config
+from .durable.runtime import DurableRuntime
+from .durable_api import DurableApi
+from .failures import Outcome
 from .protocol import BINDINGS_HEADER, DURABLE_PREFIX, FUNCTION_HEADER, INVOCATION_HEADER, ROUTE_PARAMS_HEADER
 from .routes import RouteError, Router
-from .supervisor import WorkerSupervisor, post_json
+from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor, post_json
+from .timers import TimerScheduler
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
                "upgrade", "host", "content-length"}
@@ -37,10 +45,15 @@ _DROP_RESPONSE = {"connection", "keep-alive", "proxy-connection", "transfer-enco
                   "upgrade", "date", "server"}
 # YARP's ActivityTimeout as configured by the Functions host's HTTP proxy (DefaultHttpProxyService).
 PROXY_IDLE_TIMEOUT = 240.0
+# Counters that survive a host recycle (the platform hands them from one host to the next).
+CUMULATIVE = ("worker_restarts", "worker_exit_codes", "activity_deliveries", "activity_redeliveries",
+              "activity_completions", "activity_failures_worker_exit", "activity_timeouts", "episodes",
+              "episodes_failed_worker_exit", "episodes_aborted", "episode_reruns", "entity_batches",
+              "entity_batches_aborted", "entity_batch_reruns", "kills", "held_requests", "timeouts")
 
 
 class WorkerLost(Exception):
-    """The worker died while a proxied response was streaming: the client connection is aborted."""
+    """The worker died (or timed out) while a proxied response was streaming: the client connection is aborted."""
 
 
 class _QuietWorkerLost(logging.Filter):
@@ -74,43 +87,88 @@ def _not_found(method: str, path: str) -> Response:
                                    "param": None}}, status_code=404, headers={"x-should-retry": "false"})
 
 
-def load_host_json(app_dir: str) -> dict[str, Any]:
-    path = Path(app_dir) / "host.json"
-    if not path.exists():
-        return {}
-    loaded: dict[str, Any] = json.loads(path.read_text())
-    return loaded
+def _merge_counts(old: Any, new: Any) -> Any:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: old.get(k, 0) + new.get(k, 0) for k in set(old) | set(new)}
+    if isinstance(old, list) and isinstance(new, list):
+        return old + new
+    if isinstance(old, int | float) and isinstance(new, int | float):
+        return old + new
+    return new
 
 
 class Host:
-    def __init__(self, app_dir: str, port: int, script: str = "function_app.py") -> None:
+    def __init__(self, app_dir: str, port: int, script: str = "function_app.py", *, semantics: str = "real",
+                 host_generation: int = 1, state_file: str | None = None) -> None:
         self.app_dir = app_dir
         self.port = port
         self.public_url = f"http://127.0.0.1:{port}"
-        host_json = load_host_json(app_dir)
-        extensions = host_json.get("extensions", {})
-        self.route_prefix = str(extensions.get("http", {}).get("routePrefix", "api")).strip("/")
-        self.task_hub = str(extensions.get("durableTask", {}).get("hubName") or "TestHubName")
-        self.supervisor = WorkerSupervisor(app_dir, script, log)
-        self.engine = DurableEngine(self, log)
+        self.log = log
+        self.config = host_config.load(app_dir)
+        self.route_prefix = self.config.route_prefix
+        self.task_hub = self.config.durable.hub_name
+        self.semantics = semantics
+        self.host_generation = host_generation
+        self.state_file = state_file
+        self.carried = self._load_carried()
+        self.stopped: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        connection = os.environ.get("AzureWebJobsStorage", "")
+        if not connection:
+            raise SystemExit("host double: AzureWebJobsStorage is not set. Durable state lives in a storage account "
+                             "(UseDevelopmentStorage=true for Azurite), as with the real host.")
+        self.supervisor = WorkerSupervisor(app_dir, script, log, function_timeout=self.config.function_timeout,
+                                           semantics=semantics, on_host_stop=self.request_stop)
+        self.runtime = DurableRuntime(self, self.config.durable, connection, log)
+        self.api = DurableApi(self)
+        self.timers = TimerScheduler(self.runtime.storage, self.config.host_id, log, self._invoke_timer)
         # Pooled connections expire well before the worker's keep-alive timeout (see worker.serve).
         self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100,
                                                             keepalive_expiry=20.0))
         self.router = Router()
         self.function_errors: dict[str, str] = {}
+        self.episode_reruns = 0
+        self.entity_batch_reruns = 0
         self._indexed_generation = 0
         self._functions: dict[str, dict[str, Any]] = {}
         logging.getLogger("uvicorn.error").addFilter(_QuietWorkerLost())
+
+    def _load_carried(self) -> dict[str, Any]:
+        if not self.state_file or not Path(self.state_file).exists():
+            return {}
+        try:
+            loaded: dict[str, Any] = json.loads(Path(self.state_file).read_text())
+        except (OSError, ValueError):
+            return {}
+        return loaded
 
     # ------------------------------------------------------------------------------------------- lifecycle
     async def startup(self) -> None:
         await self.supervisor.start()
         self._index()
+        await self.runtime.open()
+        await self.timers.start(list(self._functions.values()))
+        self.log(f"task hub {self.task_hub}: partitions {sorted(self.runtime.owned)} of "
+                 f"{self.config.durable.partition_count} owned (worker id {self.config.durable.worker_id})")
 
-    async def shutdown(self) -> None:
-        await self.engine.close()
+    def request_stop(self, reason: str) -> None:
+        """The host stops itself (restart limit, initialization timeout): the platform starts a new one."""
+        if not self.stopped.done():
+            self.supervisor.stopping()
+            self.stopped.set_result(reason)
+
+    async def shutdown(self, graceful: bool = True) -> None:
+        await self.timers.stop()
         await self.supervisor.stop()
+        await self.runtime.close(graceful=graceful)
         await self.client.aclose()
+        self._save_carried()
+
+    def _save_carried(self) -> None:
+        if not self.state_file:
+            return
+        stats = self.stats()
+        carried = {key: stats[key] for key in CUMULATIVE if key in stats}
+        Path(self.state_file).write_text(json.dumps(carried))
 
     def _index(self) -> None:
         """(Re)build the routing table from the worker's indexing (once per worker generation)."""
@@ -191,67 +249,46 @@ class Host:
         query = f"taskHub={quote(self.task_hub)}&connection=Storage"
         return self._management_urls(instance_id, f"{base}instances/{quote(instance_id)}", query)
 
-    # ------------------------------------------------------------------------------------------ worker calls
-    async def _call_worker(self, path: str, payload: dict[str, Any], on_attempt: Any = None) -> dict[str, Any]:
-        """POST to the worker; survives worker deaths by waiting for the next worker and sending again.
-
-        ``on_attempt(redelivery: bool)`` is called for every attempt that may have reached a worker.
-        """
-        lost = False
-        while True:
-            generation, base = await self.supervisor.ready()
-            try:
-                answer = await post_json(self.client, base + path, payload)
-            except httpx.ConnectError:
-                await self.supervisor.wait_past(generation, 10.0)
-                continue
-            except httpx.TransportError:
-                if not await self.supervisor.wait_past(generation, 10.0):
-                    continue  # worker alive: a stale pooled connection, the request never ran
-                if on_attempt is not None:
-                    on_attempt(lost)
-                lost = True
-                continue
-            except httpx.HTTPStatusError as exc:
-                answer = {"ok": False, "error": f"worker answered HTTP {exc.response.status_code}",
-                          "reason": f"worker answered HTTP {exc.response.status_code}",
-                          "details": exc.response.text[:2000]}
-            if on_attempt is not None:
-                on_attempt(lost)
-            return answer
-
-    async def run_orchestrator(self, name: str, context: str) -> dict[str, Any]:
-        function = self.orchestrator_function(name)
-        if function is None:
-            return {"ok": False, "error": f"The function '{name}' doesn't exist, is disabled, or is not an "
-                    "orchestrator function."}
-
-        def attempt(redelivery: bool) -> None:
-            if redelivery:
-                self.engine.episode_reruns += 1
-
-        return await self._call_worker("/_hostdouble/orchestrator", {"function": function, "context": context},
-                                       attempt)
-
-    async def run_activity(self, function: str, name: str, input_: Any, instance_id: str) -> dict[str, Any]:
+    def _bindings(self, function: str) -> dict[str, str]:
         meta = self._functions.get(function, {})
-        payload = {"function": function, "input": input_, "invocation_id": str(uuid.uuid4()),
-                   "bindings": {p: self.client_binding() for p in meta.get("client_params", [])}}
+        return {p: self.client_binding() for p in meta.get("client_params", [])}
 
+    # --------------------------------------------------------------------------- invocations (HostPort)
+    async def invoke_orchestrator(self, function: str, instance_id: str, context: str) -> Outcome:
         def attempt(redelivery: bool) -> None:
-            self.engine.activity_deliveries[name] += 1
-            if redelivery:
-                self.engine.activity_redeliveries[name] += 1
-                log(f"re-delivering activity '{name}' of instance {instance_id}")
+            self.episode_reruns += int(redelivery)
 
-        return await self._call_worker("/_hostdouble/activity", payload, attempt)
+        name = self._functions.get(function, {}).get("durable_name")
+        return await self.supervisor.call(
+            "orchestrator", function, name, instance_id,
+            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/orchestrator",
+                                  {"function": function, "context": context}, inv.headers), attempt)
 
-    async def run_entity(self, function: str, context: str) -> dict[str, Any]:
+    async def invoke_activity(self, function: str, name: str, instance_id: str, input_: Any,
+                              on_attempt: Any) -> Outcome:
+        return await self.supervisor.call(
+            "activity", function, name, instance_id,
+            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/activity",
+                                  {"function": function, "input": input_, "invocation_id": inv.id,
+                                   "bindings": self._bindings(function)}, inv.headers), on_attempt)
+
+    async def invoke_entity(self, function: str, entity_id: str, context: str) -> Outcome:
         def attempt(redelivery: bool) -> None:
-            if redelivery:
-                self.engine.entity_batch_reruns += 1
+            self.entity_batch_reruns += int(redelivery)
 
-        return await self._call_worker("/_hostdouble/entity", {"function": function, "context": context}, attempt)
+        name = self._functions.get(function, {}).get("durable_name")
+        return await self.supervisor.call(
+            "entity", function, name, entity_id,
+            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/entity",
+                                  {"function": function, "context": context}, inv.headers), attempt)
+
+    async def _invoke_timer(self, meta: dict[str, Any], timer: dict[str, Any]) -> Outcome:
+        function = meta["name"]
+        return await self.supervisor.call(
+            "timer", function, function, None,
+            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/timer",
+                                  {"function": function, "timer": timer, "invocation_id": inv.id,
+                                   "bindings": self._bindings(function)}, inv.headers))
 
     # -------------------------------------------------------------------------------------------- HTTP app
     def app(self) -> Starlette:
@@ -267,7 +304,7 @@ class Host:
         # tabs and line breaks and ends it at a decoded "?" or "#" (so "/responses%0A" would route).
         path = str(request.scope["path"]).lstrip("/")
         if path.lower().startswith(DURABLE_PREFIX):
-            return await self.durable_api(request, path[len(DURABLE_PREFIX):])
+            return await self.api.handle(request, path[len(DURABLE_PREFIX):])
         if path.lower().startswith("admin/"):
             if path.lower() == "admin/host/status":
                 return JSONResponse({"state": "Running", "version": "hostdouble"})
@@ -279,53 +316,56 @@ class Host:
         if self.route_prefix:
             if not (path.lower() == self.route_prefix.lower() or
                     path.lower().startswith(self.route_prefix.lower() + "/")):
-                return Response(status_code=404)
+                return _not_found(request.method, path)
             path = path[len(self.route_prefix):]
         found = self.router.match(path, request.method)
         if found is None or "\n" in path:
             return _not_found(request.method, path)
         function, route_params = found
-        meta = self._functions[function]
         body = await request.body()
+        try:
+            invocation = await self.supervisor.begin("http", function)
+        except HostIsStopping:
+            return Response(content=b"Function host is not running.", status_code=503)
         headers = _forward_headers(request)
         headers += [
-            (INVOCATION_HEADER.encode(), str(uuid.uuid4()).encode()),
+            (INVOCATION_HEADER.encode(), invocation.id.encode()),
             (FUNCTION_HEADER.encode(), function.encode()),
             (ROUTE_PARAMS_HEADER.encode(), json.dumps(route_params).encode()),
-            (BINDINGS_HEADER.encode(),
-             json.dumps({p: self.client_binding() for p in meta.get("client_params", [])}).encode()),
+            (BINDINGS_HEADER.encode(), json.dumps(self._bindings(function)).encode()),
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in invocation.headers.items()),
         ]
         timeout = httpx.Timeout(None, connect=10.0, read=PROXY_IDLE_TIMEOUT)
-        for _ in range(3):
-            generation, base = await self.supervisor.ready(timeout=60.0)
-            raw_path = request.scope.get("raw_path") or request.url.path.encode()
-            url = base + raw_path.decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
-            outgoing = self.client.build_request(request.method, url, headers=headers, content=body,
-                                                 timeout=timeout)
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        url = invocation.base_url + raw_path.decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
+        while True:
+            outgoing = self.client.build_request(request.method, url, headers=headers, content=body, timeout=timeout)
             try:
                 upstream = await self.client.send(outgoing, stream=True)
                 break
-            except httpx.ConnectError:
-                await self.supervisor.wait_past(generation, 10.0)
             except httpx.TimeoutException:
+                self.supervisor.end(invocation)
                 return Response(status_code=504)  # no response headers within the proxy's idle timeout
             except httpx.TransportError as exc:
-                if not await self.supervisor.wait_past(generation, 10.0):
+                if not invocation.outcome.done() and await self.supervisor.wait_alive(invocation):
                     continue  # worker alive: a stale pooled connection, the request never ran
-                log(f"proxied request {request.method} /{path} lost: worker gone ({exc!r})")
-                return Response(status_code=502)
-        else:
-            return Response(status_code=502)
+                outcome = await invocation.outcome  # the worker died (or the invocation timed out)
+                self.supervisor.end(invocation)
+                log(f"proxied request {request.method} /{path} failed before its response started: "
+                    f"{getattr(outcome, 'message', type(outcome).__name__)} ({exc!r}) → 500")
+                return Response(status_code=500)  # ExceptionMiddleware: 500, empty body
 
         async def stream() -> Any:
             try:
                 async for chunk in upstream.aiter_raw():
                     yield chunk
+                invocation.finished_in_worker = True
             except httpx.TransportError as exc:
                 log(f"proxied response {request.method} /{path} aborted (worker gone, or idle for "
                     f"{PROXY_IDLE_TIMEOUT:.0f} s): {exc!r}")
                 raise WorkerLost(str(exc)) from exc
             finally:
+                self.supervisor.end(invocation)
                 await upstream.aclose()
 
         response = StreamingResponse(stream(), status_code=upstream.status_code)
@@ -333,149 +373,71 @@ class Host:
                                 if k.decode("latin-1").lower() not in _DROP_RESPONSE]
         return response
 
-    # ------------------------------------------------------------------------------------------ durable API
-    async def durable_api(self, request: Request, path: str) -> Response:
-        parts = [p for p in path.strip("/").split("/") if p != ""]
-        method = request.method
-        if not parts:
-            return JSONResponse({"Message": "No such API"}, status_code=400)
-        head = parts[0].lower()
-        if head == "_double":
-            return await self._double_api(request, parts[1:])
-        if head == "orchestrators" and method == "POST" and len(parts) in (2, 3):
-            return await self._start(request, parts[1], parts[2] if len(parts) == 3 else None)
-        if head == "entities" and len(parts) >= 2 and method in ("GET", "POST"):
-            key = "/".join(parts[2:]) if len(parts) > 2 else ""
-            if method == "GET":
-                return self._get_entity(parts[1], key)
-            return await self._signal_entity(request, parts[1], key)
-        if head == "instances":
-            if len(parts) == 1 and method == "GET":
-                return self._list_instances(request)
-            if len(parts) == 2 and method == "GET":
-                return self._status(request, parts[1])
-            if len(parts) == 2 and method == "DELETE":
-                if self.engine.purge(parts[1]):
-                    return JSONResponse({"instancesDeleted": 1})
-                return Response(status_code=404)
-            if len(parts) == 3 and method == "POST" and parts[2].lower() == "terminate":
-                return self._terminate(request, parts[1])
-            if len(parts) == 4 and method == "POST" and parts[2].lower() == "raiseevent":
-                return await self._raise_event(request, parts[1], parts[3])
-            if len(parts) == 3 and method == "POST":
-                return JSONResponse({"Message": f"'{parts[2]}' is not supported by the host double"},
-                                    status_code=501)
-        return JSONResponse({"Message": "No such API"}, status_code=400)
-
-    async def _double_api(self, request: Request, parts: list[str]) -> Response:
+    # ---------------------------------------------------------------------------------------- test hooks
+    async def double_api(self, request: Request, parts: list[str]) -> Response:
         if parts == ["stats"] and request.method == "GET":
             return JSONResponse(self.stats())
         if parts == ["kill-worker"] and request.method == "POST":
-            return JSONResponse({"killed_pid": self.supervisor.kill()})
+            return self._kill(request)
+        if parts == ["semantics"] and request.method == "POST":
+            kind = request.query_params.get("kind_redelivery", "").lower()
+            if kind not in ("true", "false"):
+                return JSONResponse({"Message": "kind_redelivery=true|false"}, status_code=400)
+            self.semantics = self.supervisor.semantics = "kind" if kind == "true" else "real"
+            log(f"crash semantics now {self.semantics!r}")
+            return JSONResponse({"semantics": self.semantics})
         return Response(status_code=404)
 
+    def _kill(self, request: Request) -> Response:
+        target = request.query_params.get("target", "now").lower()
+        if target == "now":
+            return JSONResponse({"target": "now", "killed_pid": self.supervisor.kill()})
+        if target not in KILL_TARGETS:
+            return JSONResponse({"Message": f"target must be now or one of {', '.join(KILL_TARGETS)}"},
+                                status_code=400)
+        try:
+            delay = float(request.query_params.get("delay", "0"))
+        except ValueError:
+            return JSONResponse({"Message": "delay must be a number of seconds"}, status_code=400)
+        plan = KillPlan(target, request.query_params.get("name") or None, max(0.0, delay))
+        self.supervisor.arm_kill(plan)
+        log(f"kill planned: during the next {target} invocation"
+            f"{f' of {plan.name!r}' if plan.name else ''}, {plan.delay:.2f} s into it")
+        return JSONResponse({"armed": {"target": plan.target, "name": plan.name, "delay": plan.delay}})
+
     def stats(self) -> dict[str, Any]:
-        return {
-            "worker_pid": self.supervisor.pid,
-            "worker_generation": self.supervisor.generation,
-            "worker_restarts": self.supervisor.restarts,
-            "worker_exit_codes": self.supervisor.exit_codes,
-            "worker_ready": self.supervisor.base_url is not None,
+        supervisor = self.supervisor
+        runtime = self.runtime.stats()
+        own: dict[str, Any] = {
+            "host_pid": os.getpid(),
+            "worker_pid": supervisor.pid,
+            "worker_generation": supervisor.generation,
+            # a fresh host after a recycle starts a worker too: it counts as a restart (the last one died)
+            "worker_restarts": supervisor.restarts + (1 if self.host_generation > 1 else 0),
+            "worker_exit_codes": supervisor.exit_codes,
+            "worker_ready": supervisor.base_url is not None,
+            "worker_state": supervisor.state,
+            "worker_errors_in_window": len(supervisor.error_times),
+            "semantics": self.semantics,
+            "function_timeout_s": None if self.config.function_timeout is None
+            else self.config.function_timeout.total_seconds(),
             "function_errors": self.function_errors,
             "functions": sorted(self._functions),
-            **self.engine.stats(),
+            "episode_reruns": self.episode_reruns,
+            "entity_batch_reruns": self.entity_batch_reruns,
+            "kills": supervisor.kills,
+            "kill_armed": None if supervisor.kill_plan is None else vars(supervisor.kill_plan),
+            "held_requests": supervisor.held,
+            "timeouts": supervisor.timeouts,
+            "in_flight_invocations": [{"kind": i.kind, "function": i.function, "name": i.name,
+                                       "instance_id": i.instance_id, "seconds": round(time.monotonic() - i.started, 3)}
+                                      for i in supervisor.invocations.values()],
+            "timer_runs": self.timers.runs,
+            "host_generation": self.host_generation,
+            "host_recycles": self.host_generation - 1,
+            **runtime,
         }
-
-    async def _start(self, request: Request, name: str, instance_id: str | None) -> Response:
-        raw = await request.body()
-        try:
-            input_ = json.loads(raw) if raw.strip() else None
-        except json.JSONDecodeError as exc:
-            return JSONResponse({"Message": "Invalid JSON content", "ExceptionMessage": str(exc)}, status_code=400)
-        try:
-            inst = self.engine.start(name, instance_id, input_, request.query_params.get("version", ""))
-        except UnknownFunction as exc:
-            return JSONResponse({"Message": "One or more of the arguments submitted is incorrect",
-                                 "ExceptionMessage": str(exc), "ExceptionType": "System.ArgumentException"},
-                                status_code=400)
-        except InstanceConflict as exc:
-            return JSONResponse({"Message": "Something went wrong while processing your request",
-                                 "ExceptionMessage": str(exc),
-                                 "ExceptionType": "System.InvalidOperationException"}, status_code=500)
-        payload = self.management_payload(inst.instance_id)
-        return JSONResponse(payload, status_code=202,
-                            headers={"Location": payload["statusQueryGetUri"], "Retry-After": "10"})
-
-    def _status(self, request: Request, instance_id: str) -> Response:
-        inst = self.engine.instances.get(instance_id)
-        if inst is None:
-            return Response(status_code=404)
-        query = request.query_params
-        body = inst.payload(show_input=query.get("showInput", "true").lower() != "false",
-                            show_history=query.get("showHistory", "false").lower() == "true")
-        if inst.status in ("Pending", "Running"):
-            return JSONResponse(body, status_code=202,
-                                headers={"Location": str(request.url), "Retry-After": "5"})
-        return JSONResponse(body, status_code=500 if inst.status == "Failed" else 200)
-
-    def _list_instances(self, request: Request) -> Response:
-        query = request.query_params
-        statuses = {s for s in query.get("runtimeStatus", "").split(",") if s}
-        prefix = query.get("instanceIdPrefix", "")
-        result = [i.payload(show_input=query.get("showInput", "true").lower() != "false")
-                  for i in self.engine.instances.values()
-                  if (not statuses or i.status in statuses) and i.instance_id.startswith(prefix)]
-        return JSONResponse(result)
-
-    def _active(self, instance_id: str) -> tuple[Instance | None, Response | None]:
-        inst = self.engine.instances.get(instance_id)
-        if inst is None:
-            return None, Response(status_code=404)
-        if inst.status in TERMINAL:
-            return None, Response(status_code=410)
-        return inst, None
-
-    def _terminate(self, request: Request, instance_id: str) -> Response:
-        inst, error = self._active(instance_id)
-        if inst is None:
-            return error  # type: ignore[return-value]
-        self.engine.terminate(inst, request.query_params.get("reason"))
-        return Response(status_code=202)
-
-    async def _raise_event(self, request: Request, instance_id: str, event_name: str) -> Response:
-        inst, error = self._active(instance_id)
-        if inst is None:
-            return error  # type: ignore[return-value]
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media != "application/json":
-            return JSONResponse({"Message": "Only application/json request content is supported"}, status_code=400)
-        raw = await request.body()
-        try:
-            data = json.loads(raw) if raw.strip() else None
-        except json.JSONDecodeError as exc:
-            return JSONResponse({"Message": "Invalid JSON content", "ExceptionMessage": str(exc)}, status_code=400)
-        self.engine.raise_event(inst, event_name, data)
-        return Response(status_code=202)
-
-    def _get_entity(self, name: str, key: str) -> Response:
-        record = self.engine.read_entity(name, key)
-        if record is None:
-            return Response(status_code=404)
-        return JSONResponse(None if record.state is None else json.loads(record.state))
-
-    async def _signal_entity(self, request: Request, name: str, key: str) -> Response:
-        operation = request.query_params.get("op", "")
-        raw = await request.body()
-        if not raw:
-            batch_input = None
-        else:
-            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if media == "application/json":
-                try:
-                    batch_input = json.dumps(json.loads(raw))
-                except json.JSONDecodeError as exc:
-                    return JSONResponse({"Message": f"Could not parse JSON content: {exc}"}, status_code=400)
-            else:
-                batch_input = json.dumps(raw.decode())
-        self.engine.signal_entity(name, key, operation, batch_input)
-        return Response(status_code=202)
+        for key in CUMULATIVE:
+            if key in self.carried and key in own:
+                own[key] = _merge_counts(self.carried[key], own[key])
+        return own

@@ -7,3 +7,6 @@ ROUTE_PARAMS_HEADER = "x-hostdouble-route-params"
 BINDINGS_HEADER = "x-hostdouble-bindings"
 INVOCATION_HEADER = "x-ms-invocation-id"
 DURABLE_PREFIX = "runtime/webhooks/durabletask/"
+KILL_HEADER = "x-hostdouble-kill-after"  # the worker SIGKILLs itself this many seconds into the invocation
+RECYCLE_EXIT_CODE = 75  # the host stopped itself (restart limit): the platform starts a fresh one
+STARTUP_FAILED_EXIT_CODE = 3  # the host never became ready: the platform gives up, like `func start` would

@@ -7,20 +7,23 @@ import itertools
 import json
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.hostdouble import HostDouble
 from tests.hostdouble.api import HostDoubleError
+from tests.hostdouble.testkit import FIXTURE_APP, WAIT
+from tests.hostdouble.testkit import done as _done
+from tests.hostdouble.testkit import markers as _markers
+from tests.hostdouble.testkit import start as _start
+from tests.hostdouble.testkit import start_double as _start_double
+from tests.hostdouble.testkit import uid as _uid
+from tests.hostdouble.testkit import wait as _wait
 
-FIXTURE_APP = Path(__file__).parent / "fixture_app"
 TEST_TIMEOUT = 90  # hard bound per test (the process is killed with a traceback dump beyond this)
-WAIT = 30.0  # bound of every wait inside a test
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +31,6 @@ def _bounded() -> Iterator[None]:
     faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-def _start_double(**kwargs: Any) -> HostDouble:
-    return HostDouble(FIXTURE_APP, settings="fixture.settings.json", env={"FIXTURE_OVERRIDDEN": "from-env"},
-                      startup_timeout=WAIT, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -45,40 +43,6 @@ def double() -> Iterator[HostDouble]:
 def http(double: HostDouble) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=double.base_url, timeout=WAIT) as client:
         yield client
-
-
-def _uid(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _start(http: httpx.Client, name: str, instance_id: str, payload: Any) -> dict[str, Any]:
-    response = http.post(f"/orchestrations/{name}/{instance_id}", json=payload)
-    assert response.status_code == 202, response.text
-    body: dict[str, Any] = response.json()
-    assert body["id"] == instance_id
-    return body
-
-
-def _wait(http: httpx.Client, instance_id: str, predicate: Any, timeout: float = WAIT) -> dict[str, Any]:
-    """Poll the app's status route (DurableOrchestrationClient.get_status) until ``predicate(status)``."""
-    deadline = time.monotonic() + timeout
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        response = http.get(f"/orchestrations/{instance_id}")
-        if response.status_code == 200:
-            status = response.json()
-            if predicate(status):
-                return status
-        time.sleep(0.05)
-    raise AssertionError(f"{instance_id}: condition not met in {timeout}s, last status {status}")
-
-
-def _done(http: httpx.Client, instance_id: str, timeout: float = WAIT) -> dict[str, Any]:
-    return _wait(http, instance_id, lambda s: s["runtimeStatus"] in ("Completed", "Failed", "Terminated"), timeout)
-
-
-def _markers(folder: Path, label: str) -> int:
-    return len(list(folder.glob(f"{label}.*")))
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
@@ -266,8 +230,10 @@ def test_unknown_orchestrator_and_durable_api_errors(http: httpx.Client, double:
 
 
 # ---------------------------------------------------------------------------------------- crash recovery
-def test_worker_killed_mid_activity_is_recovered(tmp_path: Path) -> None:
-    with _start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+def test_kind_redelivery_option_re_delivers_in_flight_activities(tmp_path: Path) -> None:
+    """``--kind-redelivery``: the double's old semantics, kept behind an option (the real host fails them)."""
+    with _start_double(kind_redelivery=True) as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+        assert double.stats()["semantics"] == "kind"
         first_pid = double.stats()["worker_pid"]
         instance = _uid("seq")
         _start(http, "sequence", instance, {"steps": 3, "marker_dir": str(tmp_path), "sleep": 1.5})
@@ -286,6 +252,7 @@ def test_worker_killed_mid_activity_is_recovered(tmp_path: Path) -> None:
         assert stats["worker_restarts"] == 1
         assert stats["activity_redeliveries"] == {"step": 1}
         assert stats["activity_deliveries"]["step"] == 4
+        assert stats["activity_failures_worker_exit"] == {}
         assert stats["in_flight_activities"] == []
 
         # several activities in flight at once: every one of them is re-delivered
@@ -301,16 +268,20 @@ def test_worker_killed_mid_activity_is_recovered(tmp_path: Path) -> None:
         assert status["runtimeStatus"] == "Completed", status
         assert [_markers(fan_dir, f"step-fan{i}") for i in range(3)] == [2, 2, 2]
         stats = double.stats()
+        # no restart limit in this mode either: two crashes, no recycle
         assert stats["worker_restarts"] == 2 and stats["activity_redeliveries"] == {"step": 4}
+        assert stats["host_generation"] == 1
 
 
-def test_crash_route_restarts_the_worker() -> None:
+def test_request_in_flight_when_the_worker_dies_gets_500_and_the_worker_restarts() -> None:
     with _start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
         first_pid = http.get("/env/FIXTURE_SETTING").json()["pid"]
-        # The worker dies before answering: like the host's proxy (YARP), a 502.
-        assert http.post("/crash").status_code == 502
+        # The worker dies before answering: the invocation fails (WorkerProcessExitException) → 500, empty body.
+        crashed = http.post("/crash")
+        assert (crashed.status_code, crashed.content) == (500, b"")
         stats = double.wait_for_worker_restarts(1, timeout=WAIT)
         assert stats["worker_exit_codes"] == [1]
+        assert "python exited with code 1 (0x1)" in double.log()
         after = http.get("/env/FIXTURE_SETTING")
         assert after.status_code == 200 and after.json()["pid"] not in (first_pid, None)
 

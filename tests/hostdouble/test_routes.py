@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hostdouble.engine import flatten_actions
+from tests.hostdouble.durable.history import flatten_actions
 from tests.hostdouble.routes import RESERVED_ROUTE_ERROR, RouteError, Router, compile_route
 
 

@@ -45,12 +45,14 @@ from .protocol import (
     BINDINGS_HEADER,
     FUNCTION_HEADER,
     INVOCATION_HEADER,
+    KILL_HEADER,
     ROUTE_PARAMS_HEADER,
     WORKER_READY_PREFIX,
 )
 from .serving import loopback_socket, start_server
 
-_PRIVATE_HEADERS = {FUNCTION_HEADER.encode(), ROUTE_PARAMS_HEADER.encode(), BINDINGS_HEADER.encode()}
+_PRIVATE_HEADERS = {FUNCTION_HEADER.encode(), ROUTE_PARAMS_HEADER.encode(), BINDINGS_HEADER.encode(),
+                    KILL_HEADER.encode()}
 
 log = logging.getLogger("hostdouble.worker")
 
@@ -66,6 +68,9 @@ class FunctionInfo:
     route: str | None = None
     methods: list[str] | None = None
     auth_level: str | None = None
+    schedule: str | None = None
+    run_on_startup: bool = False
+    use_monitor: bool = True
     client_params: list[str] = field(default_factory=list)
     is_async: bool = False
     func: Any = None
@@ -75,6 +80,7 @@ class FunctionInfo:
             "name": self.name, "trigger": self.trigger, "trigger_param": self.trigger_param,
             "durable_name": self.durable_name, "route": self.route, "methods": self.methods,
             "auth_level": self.auth_level, "client_params": self.client_params, "is_async": self.is_async,
+            "schedule": self.schedule, "run_on_startup": self.run_on_startup, "use_monitor": self.use_monitor,
         }
 
 
@@ -133,7 +139,23 @@ def _describe(f: Any) -> FunctionInfo:
         info.durable_name = trigger.get("activity") or info.name
     elif trigger["type"] == "entityTrigger":
         info.durable_name = (trigger.get("entityName") or info.name).lower()
+    elif trigger["type"] == "timerTrigger":
+        info.schedule = trigger.get("schedule")
+        info.run_on_startup = bool(trigger.get("runOnStartup", False))
+        info.use_monitor = bool(trigger.get("useMonitor", True))
     return info
+
+
+def _kill_if_asked(headers: Any) -> None:
+    """The host planned a crash inside this invocation: SIGKILL ourselves after the given delay.
+
+    A thread, so the kill lands even while synchronous user code holds the event loop."""
+    delay = headers.get(KILL_HEADER)
+    if delay is None:
+        return
+    timer = threading.Timer(max(0.0, float(delay)), lambda: os.kill(os.getpid(), signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
 
 
 def _wants_context(func: Any, bound: dict[str, Any]) -> bool:
@@ -164,6 +186,7 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
         EnitityTriggerConverter,
         OrchestrationTriggerConverter,
     )
+    from azure.functions.timer import TimerRequestConverter
     from starlette.concurrency import run_in_threadpool
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
@@ -180,6 +203,7 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
 
     @app.post("/_hostdouble/orchestrator")
     async def orchestrator(request: Request) -> JSONResponse:
+        _kill_if_asked(request.headers)
         body = await request.json()
         try:
             info = lookup(body["function"], "orchestrationTrigger")
@@ -191,6 +215,7 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
 
     @app.post("/_hostdouble/activity")
     async def activity(request: Request) -> JSONResponse:
+        _kill_if_asked(request.headers)
         body = await request.json()
         try:
             info = lookup(body["function"], "activityTrigger")
@@ -201,12 +226,13 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
             result = await _call(info, kwargs, body.get("invocation_id", ""), app_dir)
             encoded = ActivityTriggerConverter.encode(result, expected_type=None).value
             return JSONResponse({"ok": True, "result": encoded})
-        except Exception as exc:
-            return JSONResponse({"ok": False, "reason": f"{type(exc).__name__}: {exc}",
-                                 "details": traceback.format_exc()})
+        except Exception as exc:  # as the Python worker serializes it (RpcException message + stack)
+            return JSONResponse({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                                 "stack": traceback.format_exc()})
 
     @app.post("/_hostdouble/entity")
     async def entity(request: Request) -> JSONResponse:
+        _kill_if_asked(request.headers)
         body = await request.json()
         try:
             info = lookup(body["function"], "entityTrigger")
@@ -216,6 +242,20 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
         except Exception as exc:
             return JSONResponse({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
 
+    @app.post("/_hostdouble/timer")
+    async def timer(request: Request) -> JSONResponse:
+        _kill_if_asked(request.headers)
+        body = await request.json()
+        try:
+            info = lookup(body["function"], "timerTrigger")
+            value = TimerRequestConverter.decode(meta.Datum(json.dumps(body["timer"]), "json"), trigger_metadata=None)
+            kwargs = {info.trigger_param: value, **body.get("bindings", {})}
+            await _call(info, kwargs, body.get("invocation_id", ""), app_dir)
+            return JSONResponse({"ok": True})
+        except Exception as exc:
+            return JSONResponse({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                                 "stack": traceback.format_exc()})
+
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"])
     async def catch_all(request: Request):  # type: ignore[no-untyped-def]
         headers = request.headers
@@ -223,6 +263,7 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
         invocation_id = headers.get(INVOCATION_HEADER)
         if name is None or invocation_id is None:
             return JSONResponse({"error": "missing invocation headers"}, status_code=400)
+        _kill_if_asked(headers)
         info = lookup(name, "httpTrigger")
         route_params = json.loads(headers.get(ROUTE_PARAMS_HEADER, "{}"))
         bindings = json.loads(headers.get(BINDINGS_HEADER, "{}"))
@@ -260,7 +301,7 @@ async def serve(app_dir: str, script: str) -> None:
     sock = loopback_socket(0)
     port = sock.getsockname()[1]
     # Keep idle connections longer than the host's pool does, so the host never reuses a closing one.
-    task = await start_server(app, sock, keep_alive_s=120, graceful_s=1)
+    _, task = await start_server(app, sock, keep_alive_s=120, graceful_s=1)
     ready = {"port": port, "pid": os.getpid(), "functions": [f.meta() for f in functions.values()]}
     print(WORKER_READY_PREFIX + json.dumps(ready), flush=True)
     await task

@@ -71,6 +71,21 @@ def double(storage_proxy: TcpProxy) -> Iterator[HostDouble]:
         yield running
 
 
+@pytest.fixture(autouse=True)
+def _crash_semantics(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``kind_redelivery`` assumes the double re-delivers Durable work whose worker died (the
+    real host does not: tests/hostdouble/README.md); the session double runs it with that option."""
+    if request.node.get_closest_marker("kind_redelivery") is None:
+        yield
+        return
+    double = request.getfixturevalue("double")
+    double.set_kind_redelivery(True)
+    try:
+        yield
+    finally:
+        double.set_kind_redelivery(False)
+
+
 @pytest.fixture()
 def proxy(storage_proxy: TcpProxy) -> Iterator[TcpProxy]:
     """The storage proxy, guaranteed forwarding at full speed again after the test (whatever it did)."""

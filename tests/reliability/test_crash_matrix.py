@@ -39,7 +39,7 @@ from tests.reliability.conftest import (
 from tests.reliability.tcpproxy import TcpProxy
 from tests.scenario.conftest import knobs
 
-pytestmark = pytest.mark.azurite
+pytestmark = [pytest.mark.azurite, pytest.mark.kind_redelivery]
 
 FINALIZE_LATENCY_S = 0.25  # per storage request while finalize runs: its ≥ 4 round trips take ≥ 1 s
 

@@ -77,7 +77,9 @@ def test_a_run_whose_orchestration_was_taken_away_resumes_for_a_reconnecting_cli
         client: OpenAI, double: HostDouble, clean: list[Any], how: str, method: str, path: str) -> None:
     response_id, events = _start_and_read(client, 6)
     assert _durable(double, method, path.format(id=response_id)).status_code in (200, 202)
-    gone = double.status(response_id)
+    # terminate is a message the orchestration processes (202 Accepted), so its status changes a moment later
+    gone = double.status(response_id) if how == "missing" else double.wait_for_status(
+        response_id, ("Terminated",), timeout=30.0)
     assert (gone is None) if how == "missing" else (gone is not None and gone["runtimeStatus"] == "Terminated")
     started = time.monotonic()
     more, notes = follow(client, response_id, events[-1].sequence_number, deadline_s=90.0)

@@ -17,7 +17,7 @@ from openai import OpenAI
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import knobs, rebuild, wait_until
 
-pytestmark = pytest.mark.azurite
+pytestmark = [pytest.mark.azurite, pytest.mark.kind_redelivery]
 
 
 def _crash(double: HostDouble) -> None:

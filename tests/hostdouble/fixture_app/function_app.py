@@ -2,9 +2,10 @@
 
 HTTP (FastAPI extension, so streaming is app-wide) with ``@app.durable_client_input``; orchestrators that
 chain activities, set custom status, race an external event against a timer, call/signal an entity, fan
-out with ``task_all``, retry, call a sub-orchestrator, continue as new and fail; async and sync activities
-(one with a durable client binding); an entity. Activities write one marker file per delivery so tests
-can count how often each ran.
+out with ``task_all``, retry, call a sub-orchestrator, continue as new and fail; one that catches a failed
+activity and calls it again (as an app heals a worker crash); async and sync activities (one with a
+durable client binding); an entity; a timer trigger whose schedule comes from an app setting. Activities
+and the timer write one marker file per run so tests can count how often each ran.
 """
 
 from __future__ import annotations
@@ -170,6 +171,41 @@ async def step_activity(payload: dict[str, Any]) -> dict[str, Any]:
     return {"index": payload["index"], "pid": os.getpid()}
 
 
+@bp.orchestration_trigger(context_name="context", orchestration="guarded")
+def guarded_orchestrator(context: df.DurableOrchestrationContext) -> Any:
+    """Calls ``step`` until it succeeds (at most ``tries`` times), keeping each failure's text."""
+    args = context.get_input()
+    errors: list[str] = []
+    for attempt in range(int(args.get("tries", 3))):
+        try:
+            result = yield context.call_activity("step", {**args, "index": f"{args.get('index', 'g')}-{attempt}"})
+            return {"errors": errors, "result": result}
+        except Exception as exc:  # the SDK raises Exception("<Reason> \n <Details>") for a TaskFailed
+            errors.append(str(exc))
+    return {"errors": errors, "result": None}
+
+
+@bp.orchestration_trigger(context_name="context", orchestration="fragile")
+def fragile_orchestrator(context: df.DurableOrchestrationContext) -> Any:
+    """One ``flaky`` call, not caught: the orchestration fails while ``flaky`` fails (rewind target)."""
+    args = context.get_input()
+    first = yield context.call_activity("echo", "before")
+    flaky = yield context.call_activity("flaky", args)
+    return {"first": first, "flaky": flaky}
+
+
+@bp.orchestration_trigger(context_name="context", orchestration="counting")
+def counting_orchestrator(context: df.DurableOrchestrationContext) -> Any:
+    """``calls`` entity calls in a row (each one entity batch)."""
+    args = context.get_input()
+    counter = df.EntityId("Counter", args["key"])
+    totals = []
+    for _ in range(int(args["calls"])):
+        total = yield context.call_entity(counter, "add", 1)
+        totals.append(total)
+    return totals
+
+
 @bp.activity_trigger(input_name="value", activity="echo")
 def echo_activity(value: Any) -> Any:
     return {"echo": value}
@@ -290,6 +326,16 @@ def counter_entity(context: df.DurableEntityContext) -> None:
         raise ValueError("counter refuses")
     else:
         raise ValueError(f"unknown operation {operation}")
+
+
+@app.timer_trigger(schedule="%FIXTURE_TIMER_SCHEDULE%", arg_name="timer", use_monitor=True,
+                   run_on_startup=os.environ.get("FIXTURE_TIMER_RUN_ON_STARTUP") == "true")
+def ticker(timer: func.TimerRequest) -> None:
+    """Writes a marker per run (``<FIXTURE_TIMER_DIR>/tick.<past_due>.<uuid>``) when a directory is set."""
+    folder = os.environ.get("FIXTURE_TIMER_DIR")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"tick.{str(timer.past_due).lower()}.{uuid.uuid4().hex}").write_text(str(os.getpid()))
 
 
 app.register_functions(bp)

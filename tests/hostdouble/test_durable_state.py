@@ -1,0 +1,125 @@
+"""Durable state lives in the storage account: it survives a SIGKILLed host, and the management API works
+on it as the real one does. Fixture app (visibility timeouts 10 s, polling ≤ 2 s), real Azurite."""
+
+from __future__ import annotations
+
+import faulthandler
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.hostdouble.testkit import WAIT, done, markers, start, start_double, uid, wait, wait_until
+
+TEST_TIMEOUT = 150
+
+
+@pytest.fixture(autouse=True)
+def _bounded() -> Iterator[None]:
+    faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def test_host_sigkill_and_the_same_command_again_resume_every_orchestration(tmp_path: Path) -> None:
+    double = start_double()
+    double.start()
+    try:
+        http = httpx.Client(base_url=double.base_url, timeout=WAIT)
+        sequence, timed, key = uid("seq"), uid("wf"), uid("k")
+        start(http, "sequence", sequence, {"steps": 4, "marker_dir": str(tmp_path), "sleep": 1.0})
+        # a durable timer (6 s) and an entity that were pending when the host died
+        start(http, "workflow", timed, {"marker_dir": str(tmp_path / "wf"), "timeout": 6, "key": key})
+        wait_until(lambda: markers(tmp_path, "step-1") == 1)  # the 2nd activity is running now
+        killed_at = time.monotonic()
+        double.kill_host()  # platform, host and worker: SIGKILL to the process group
+        with pytest.raises(httpx.TransportError):
+            http.get("/plain")
+        double.restart()
+        status = done(http, sequence, timeout=60)
+        resumed_after = time.monotonic() - killed_at
+        assert status["runtimeStatus"] == "Completed", status
+        assert [r["index"] for r in status["output"]] == [0, 1, 2, 3]
+        # the activity in flight ran again once its work item reappeared; nothing else was repeated
+        assert [markers(tmp_path, f"step-{i}") for i in range(4)] == [1, 2, 1, 1]
+        stats = double.stats()
+        assert stats["activity_redeliveries"] == {"step": 1}, stats["activity_redeliveries"]
+        timed_status = done(http, timed, timeout=60)
+        assert (timed_status["runtimeStatus"], timed_status["output"]["how"]) == ("Completed", "timer")
+        assert timed_status["output"]["total"] == 1
+        # it waited for the visibility timeout (10 s in the fixture's host.json), not the 5-minute default
+        assert resumed_after < 45, resumed_after
+        print(f"\nhost SIGKILL → orchestration complete: {resumed_after:.1f} s (visibility 10 s, polling ≤ 2 s)")
+    finally:
+        double.stop()
+
+
+def test_rewind_runs_the_failed_activity_again(tmp_path: Path) -> None:
+    with start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+        instance = uid("fragile")
+        start(http, "fragile", instance, {"marker_dir": str(tmp_path), "fail_times": 1})
+        failed = done(http, instance)
+        assert failed["runtimeStatus"] == "Failed"
+        assert failed["output"].startswith("Orchestrator function 'fragile' failed: Activity function 'flaky' "
+                                           "failed:  RuntimeError: flaky attempt 1 failed")
+        api = double.durable_url
+        assert httpx.post(f"{api}/instances/{uid('missing')}/rewind").status_code == 404
+        assert httpx.post(f"{api}/instances/{instance}/rewind", params={"reason": "test"}).status_code == 202
+        status = done(http, instance)
+        assert status["runtimeStatus"] == "Completed", status
+        assert status["output"] == {"first": {"echo": "before"}, "flaky": "ok after 2"}
+        assert markers(tmp_path, "flaky") == 2  # the failed call again; "echo" (completed) was not re-run
+        assert httpx.post(f"{api}/instances/{instance}/rewind").status_code == 410  # Completed
+
+        waiter = uid("waiter")
+        start(http, "waiter", waiter, None)
+        wait(http, waiter, lambda s: s["runtimeStatus"] == "Running")
+        running = httpx.post(f"{api}/instances/{waiter}/rewind")
+        assert running.status_code == 500
+        assert running.json()["ExceptionMessage"] == ("The rewind operation is only supported on failed "
+                                                      "orchestration instances.")
+        httpx.post(f"{api}/instances/{waiter}/terminate", params={"reason": "done"})
+
+
+def test_purge_restart_list_and_conflicts(tmp_path: Path) -> None:
+    with start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+        api = double.durable_url
+        instance = uid("seq")
+        start(http, "sequence", instance, {"steps": 1, "marker_dir": str(tmp_path), "sleep": 0})
+        assert done(http, instance)["runtimeStatus"] == "Completed"
+        listed = httpx.get(f"{api}/instances", params={"runtimeStatus": "Completed"}).json()
+        assert instance in [i["instanceId"] for i in listed]
+        # restart with the same id: a new execution of the original input
+        restarted = httpx.post(f"{api}/instances/{instance}/restart", params={"restartWithNewInstanceId": "false"})
+        assert restarted.status_code == 202 and restarted.json()["id"] == instance
+        assert done(http, instance)["runtimeStatus"] == "Completed"
+        assert markers(tmp_path, "step-0") == 2
+        # start over a Running instance: the extension's OrchestrationAlreadyExistsException (500)
+        waiter = uid("waiter")
+        start(http, "waiter", waiter, None)
+        conflict = httpx.post(f"{api}/orchestrators/waiter/{waiter}", json=None)
+        assert conflict.status_code == 500 and "already exists" in conflict.json()["ExceptionMessage"]
+        assert httpx.post(f"{api}/orchestrators/waiter/@bad").status_code == 400
+        httpx.post(f"{api}/instances/{waiter}/terminate")
+        # purge: the instance and its history are gone
+        assert httpx.delete(f"{api}/instances/{instance}").json() == {"instancesDeleted": 1}
+        assert httpx.get(f"{api}/instances/{instance}").status_code == 404
+        assert httpx.delete(f"{api}/instances/{instance}").status_code == 404
+        assert httpx.get(f"{api}/no/such/api").status_code == 404
+
+
+def test_each_double_has_its_own_task_hub_and_host_json_names_one_with_a_setting(tmp_path: Path) -> None:
+    hub = "hdfix" + secrets.token_hex(5)
+    named = start_double(env={"FIXTURE_TASK_HUB": hub}, task_hub="host.json")
+    with start_double() as first, named:
+        assert named.stats()["task_hub"] == hub  # "%FIXTURE_TASK_HUB%" in host.json, resolved like the host does
+        assert first.stats()["task_hub"] not in (hub, "HostDoubleFixture")
+        with httpx.Client(base_url=first.base_url, timeout=WAIT) as http:
+            instance = uid("seq")
+            start(http, "sequence", instance, {"steps": 1, "marker_dir": str(tmp_path), "sleep": 0})
+            assert done(http, instance)["runtimeStatus"] == "Completed"
+        assert httpx.get(f"{named.durable_url}/instances/{instance}").status_code == 404
+    named.stop(delete_task_hub_too=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -69,21 +70,6 @@ def storage_proxy() -> Iterator[TcpProxy]:
 def double(storage_proxy: TcpProxy) -> Iterator[HostDouble]:
     with HostDouble(ROOT, env=double_env(storage_proxy.azurite_connection_string()), settings=None) as running:
         yield running
-
-
-@pytest.fixture(autouse=True)
-def _crash_semantics(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test marked ``kind_redelivery`` assumes the double re-delivers Durable work whose worker died (the
-    real host does not: tests/hostdouble/README.md); the session double runs it with that option."""
-    if request.node.get_closest_marker("kind_redelivery") is None:
-        yield
-        return
-    double = request.getfixturevalue("double")
-    double.set_kind_redelivery(True)
-    try:
-        yield
-    finally:
-        double.set_kind_redelivery(False)
 
 
 @pytest.fixture()
@@ -206,6 +192,22 @@ def at_seq(k: int) -> Stop:
 
 
 @dataclass
+class AppLog:
+    """What the app's own log lines (the worker's output, kept by the double) say about one response."""
+
+    phases_done: int = 0  # "phase done": a phase streamed and checkpointed (a kill can fall just before it)
+    recovering: int = 0  # "recovering phase": an attempt that starts by resetting a partial phase
+    repairs: int = 0  # "repaired": the repair path started a new execution
+
+    @classmethod
+    def of(cls, log: str, response_id: str) -> AppLog:
+        def count(message: str) -> int:
+            return len(re.findall(rf"{re.escape(message)} \| response_id={re.escape(response_id)}(?!\w)", log))
+
+        return cls(count("phase done"), count("recovering phase"), count("repaired"))
+
+
+@dataclass
 class CrashRun:
     response_id: str
     events: list[Any]
@@ -215,6 +217,7 @@ class CrashRun:
     kill_after: list[int] = field(default_factory=list)  # last sequence number seen before each kill
     notes: list[str] = field(default_factory=list)
     orchestration: str | None = None  # the Durable runtimeStatus once the run ended
+    app: AppLog = field(default_factory=AppLog)
 
     def delta(self, counter: str, name: str) -> int:
         return int(self.stats_after[counter].get(name, 0)) - int(self.stats_before[counter].get(name, 0))
@@ -250,7 +253,8 @@ def crash_run(client: OpenAI, double: HostDouble, stops: list[Stop], how: list[s
         events += more
         notes += extra
     orchestration = settle(double, response_id)
-    return CrashRun(response_id, events, len(kill_after), before, double.stats(), kill_after, notes, orchestration)
+    return CrashRun(response_id, events, len(kill_after), before, double.stats(), kill_after, notes, orchestration,
+                    AppLog.of(double.log(), response_id))
 
 
 def settle(double: HostDouble, instance_id: str, timeout: float = 30.0) -> str | None:
@@ -280,12 +284,7 @@ def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any]) -> list[st
         problems.append(f"{kinds.count('response.created')} response.created events")
     if run.orchestration != "Completed":
         problems.append(f"orchestration ended {run.orchestration!r}, not Completed")
-    phase_redeliveries = run.delta("activity_redeliveries", "run_phase")
-    if phase_redeliveries > run.crashes:
-        problems.append(f"R3 {phase_redeliveries} run_phase re-deliveries for {run.crashes} crash(es)")
-    deliveries = run.delta("activity_deliveries", "run_phase")
-    if deliveries != PHASES + phase_redeliveries:
-        problems.append(f"R3 {deliveries} run_phase deliveries, expected {PHASES} + {phase_redeliveries}")
+    problems += _check_phase_work(run)
     resets = _resets(events)
     if len(resets) > run.crashes:
         problems.append(f"R4 {len(resets)} recovery resets for {run.crashes} crash(es)")
@@ -309,6 +308,33 @@ def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any]) -> list[st
     if events and events[-1].type == "response.completed" and texts(events[-1].response.output) != texts(
             final.output):
         problems.append("terminal event's response.output differs from GET /responses/{id}")
+    return problems
+
+
+def _check_phase_work(run: CrashRun) -> list[str]:
+    """R3: at most one phase repeated per kill, counted two ways.
+
+    The host's side (double stats): a ``run_phase`` the host failed because its worker exited is a phase
+    the orchestrator calls again; nothing is re-delivered. Every ``run_phase`` delivery is one of the
+    plan's phases, one of those retries, or (after a repair restarted the orchestration) a call for a
+    finished phase that only returns its checkpoint. The app's side (its log lines): a phase that streamed
+    to its end more than once, or an attempt that started by resetting a partial phase, is a repeat."""
+    problems: list[str] = []
+    failed = run.delta("activity_failures_worker_exit", "run_phase")
+    if failed > run.crashes:
+        problems.append(f"R3 {failed} run_phase failed by a worker exit for {run.crashes} crash(es)")
+    redelivered = run.delta("activity_redeliveries", "run_phase")
+    if redelivered:
+        problems.append(f"{redelivered} run_phase re-deliveries: the real host never re-delivers")
+    deliveries = run.delta("activity_deliveries", "run_phase")
+    low, high = PHASES + failed, PHASES + failed + PHASES * run.app.repairs
+    if not low <= deliveries <= high:
+        problems.append(f"R3 {deliveries} run_phase deliveries, expected {low}..{high} ({failed} failed by a "
+                        f"worker exit, {run.app.repairs} repair(s))")
+    repeated = run.app.recovering + max(0, run.app.phases_done - PHASES)
+    if repeated > run.crashes:
+        problems.append(f"R3 {repeated} phases repeated for {run.crashes} crash(es) (app log: "
+                        f"{run.app.phases_done} 'phase done', {run.app.recovering} 'recovering phase')")
     return problems
 
 

@@ -222,6 +222,10 @@ class CrashRun:
     def delta(self, counter: str, name: str) -> int:
         return int(self.stats_after[counter].get(name, 0)) - int(self.stats_before[counter].get(name, 0))
 
+    def delta_count(self, counter: str) -> int:
+        """The change of a plain counter (``episodes_failed_worker_exit``, ``entity_batches_aborted``…)."""
+        return int(self.stats_after[counter]) - int(self.stats_before[counter])
+
 
 def crash_run(client: OpenAI, double: HostDouble, stops: list[Stop], how: list[str] | None = None) -> CrashRun:
     """Start the standard run; for each ``stop`` read until it holds (first on the live stream, then on a
@@ -248,8 +252,29 @@ def crash_run(client: OpenAI, double: HostDouble, stops: list[Stop], how: list[s
         notes += extra
         kill_after.append(events[-1].sequence_number)
         kill(double, way)
+    return finish_run(client, double, response_id, events, before, kill_after, notes)
+
+
+def start_run(client: OpenAI, stop: Stop, **body: Any) -> tuple[str, list[Any], list[str]]:
+    """Create the standard run (streamed, background) and read its live stream until ``stop``: its id,
+    the events and a note if the stream broke."""
+    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
+                                     metadata=knobs(PHASES, WORDS, DELAY_MS), **body)
+    with stream:
+        events, broken = read_events(stream, stop)
+    if not events:
+        raise AssertionError("the stream ended before its first event")
+    return events[0].response.id, events, ["live stream broke"] if broken else []
+
+
+def finish_run(client: OpenAI, double: HostDouble, response_id: str, events: list[Any], before: dict[str, Any],
+               kill_after: list[int], notes: list[str], *, deadline_s: float = RUN_DEADLINE_S) -> CrashRun:
+    """Reconnect with ``starting_after`` until the terminal event (retrying 5xx and connection errors),
+    wait for the orchestration to end, and collect what :func:`check_run` needs."""
+    events, notes = list(events), list(notes)
     if not events or events[-1].type not in TERMINAL:
-        more, extra = follow(client, response_id, events[-1].sequence_number)
+        more, extra = follow(client, response_id, events[-1].sequence_number if events else -1,
+                             deadline_s=deadline_s, attempts=200)
         events += more
         notes += extra
     orchestration = settle(double, response_id)
@@ -268,8 +293,10 @@ def settle(double: HostDouble, instance_id: str, timeout: float = 30.0) -> str |
     return str(found) if found is not None else None
 
 
-def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any]) -> list[str]:
-    """Every broken promise of R2-R4 for a crashed run, as readable strings (empty = all kept)."""
+def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any], *, host_stats: bool = True) -> list[str]:
+    """Every broken promise of R2-R4 for a crashed run, as readable strings (empty = all kept).
+    ``host_stats=False`` after a whole-host kill: the double's counters started again from zero, so only
+    the app's log lines count repeated phases."""
     problems: list[str] = []
     events = run.events
     seqs = [e.sequence_number for e in events]
@@ -284,7 +311,7 @@ def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any]) -> list[st
         problems.append(f"{kinds.count('response.created')} response.created events")
     if run.orchestration != "Completed":
         problems.append(f"orchestration ended {run.orchestration!r}, not Completed")
-    problems += _check_phase_work(run)
+    problems += _check_phase_work(run, host_stats=host_stats)
     resets = _resets(events)
     if len(resets) > run.crashes:
         problems.append(f"R4 {len(resets)} recovery resets for {run.crashes} crash(es)")
@@ -311,7 +338,7 @@ def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any]) -> list[st
     return problems
 
 
-def _check_phase_work(run: CrashRun) -> list[str]:
+def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:
     """R3: at most one phase repeated per kill, counted two ways.
 
     The host's side (double stats): a ``run_phase`` the host failed because its worker exited is a phase
@@ -320,6 +347,12 @@ def _check_phase_work(run: CrashRun) -> list[str]:
     finished phase that only returns its checkpoint. The app's side (its log lines): a phase that streamed
     to its end more than once, or an attempt that started by resetting a partial phase, is a repeat."""
     problems: list[str] = []
+    repeated = run.app.recovering + max(0, run.app.phases_done - PHASES)
+    if repeated > run.crashes:
+        problems.append(f"R3 {repeated} phases repeated for {run.crashes} crash(es) (app log: "
+                        f"{run.app.phases_done} 'phase done', {run.app.recovering} 'recovering phase')")
+    if not host_stats:
+        return problems
     failed = run.delta("activity_failures_worker_exit", "run_phase")
     if failed > run.crashes:
         problems.append(f"R3 {failed} run_phase failed by a worker exit for {run.crashes} crash(es)")
@@ -331,10 +364,6 @@ def _check_phase_work(run: CrashRun) -> list[str]:
     if not low <= deliveries <= high:
         problems.append(f"R3 {deliveries} run_phase deliveries, expected {low}..{high} ({failed} failed by a "
                         f"worker exit, {run.app.repairs} repair(s))")
-    repeated = run.app.recovering + max(0, run.app.phases_done - PHASES)
-    if repeated > run.crashes:
-        problems.append(f"R3 {repeated} phases repeated for {run.crashes} crash(es) (app log: "
-                        f"{run.app.phases_done} 'phase done', {run.app.recovering} 'recovering phase')")
     return problems
 
 

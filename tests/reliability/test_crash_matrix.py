@@ -6,7 +6,7 @@ duplicate; the crash repeats at most one phase (host double stats: ``run_phase``
 and called again by the orchestrator; the app's log: phases re-streamed); the final output
 texts equal a fault-free run's; and a client that rebuilds the output from the stream (dropping partial
 items on a recovery reset, R4) gets exactly ``GET /responses/{id}``'s output. CI samples six points spread
-over the run; ``bench/crash_matrix.py`` tries every event index.
+over the run, and one after the terminal event; ``bench/crash_matrix.py`` tries every event index.
 
 Plus: two kills in one run (the second one lands inside the recovered phase, through the app's own
 ``POST /ops/crash``), and a kill inside ``finalize_response`` (storage slowed through the test proxy so
@@ -91,6 +91,8 @@ SAMPLES: dict[str, Callable[[list[Any]], int]] = {
     "after-phase1-item-done": _nth("response.output_item.done", 0),
     "phase3-text-done": _nth("response.output_text.done", 2),
     "before-terminal": _nth("response.output_item.done", PHASES - 1),
+    # the run is over for the client; a kill in the episode after finalize fails a finished orchestration
+    "after-terminal": _nth("response.completed"),
 }
 
 

@@ -8,8 +8,11 @@ a 3-phase run, and check CONTRACT R2-R4 each time (the same driver and checks as
 
 Starts its own host double (a fresh storage prefix) on Azurite (``AzureWebJobsStorage``, default
 ``UseDevelopmentStorage=true``; loopback endpoints only). Prints one line per try: the event k, what the
-worker was doing when it died (which activity got re-delivered, how many events it had appended after k:
-``+n``), and every broken promise; then ``survived X/Y``. Exit code 1 if any try failed.
+worker was doing when it died (the activity the host failed with the worker's exit, or ``episode`` when an
+orchestrator episode died with it; how many events it had appended after k: ``+n``), and every broken
+promise; then ``survived X/Y``. The double runs the real host's crash semantics: nothing is re-delivered,
+and every third worker crash within 30 minutes recycles the whole host, as it does on the real host.
+Exit code 1 if any try failed.
 Bounded: at most ``--repeat`` × (events) tries, and it stops starting new ones after ``--max-seconds``.
 """
 
@@ -57,12 +60,16 @@ def _describe(event: Any) -> str:
 
 
 def _landing(run: Any, k: int) -> str:
-    """Where the kill landed: the re-delivered activity, and events appended after k before the reset."""
-    redelivered = [name for name in ("plan_response", "run_phase", "finalize_response")
-                   if run.delta("activity_redeliveries", name) > 0]
+    """Where the kill landed: the activity the host failed with the worker's exit (the orchestrator calls
+    it again), or an orchestrator episode (the orchestration failed; the repair path restarted it), or
+    nothing in flight; and the events appended after k before the recovery reset."""
+    failed = [name for name in ("plan_response", "run_phase", "finalize_response")
+              if run.delta("activity_failures_worker_exit", name) > 0]
+    if run.delta_count("episodes_failed_worker_exit") > 0:
+        failed.append("episode")
     resets = [e.sequence_number for e in run.events[k + 1:] if e.type == "response.in_progress"]
     overshoot = f"+{resets[0] - k - 1}" if resets else "no reset"
-    return f"{'/'.join(redelivered) or 'no re-delivery'}, {overshoot}"
+    return f"{'/'.join(failed) or 'nothing in flight'}, {overshoot}"
 
 
 def main() -> int:
@@ -111,7 +118,7 @@ def main() -> int:
                 status = "ok  " if not problems else "FAIL"
                 print(f"k={k:3d} {_describe(clean[k]):28s} {status} {landing:32s} {time.monotonic() - t0:5.1f}s"
                       + "".join(f"\n      - {p}" for p in problems), flush=True)
-        print(f"\nre-delivered at the kill: {dict(landings)}")
+        print(f"\nin flight at the kill: {dict(landings)}")
         print(f"survived {survived}/{tried}  ({time.monotonic() - started:.0f}s)")
         for k, problems in sorted(failures.items()):
             print(f"  k={k}: " + "; ".join(problems))

@@ -2,10 +2,19 @@
 
     .venv/bin/python bench/recovery_time.py                         # every fault, 5 runs each
     .venv/bin/python bench/recovery_time.py --fault terminate --runs 10
+    .venv/bin/python bench/recovery_time.py --fault kill-host --runs 3   # about 70 s per run
 
-Faults (each lands mid-phase, after event ``--after`` of a 3-phase run):
+Faults (each lands mid-phase, after event ``--after`` of a 3-phase run, unless said otherwise):
 
-* ``kill-worker``: SIGKILL the worker process (the host double restarts it);
+* ``kill-worker``: SIGKILL the worker process. The double does what the real host does: it restarts the
+  worker, fails the activity in flight with the worker's exit (no re-delivery; the orchestrator retries the
+  phase after its 3 s crash timer), and recycles the whole host on every third crash within 30 minutes;
+* ``kill-episode``: the worker dies inside the next orchestrator episode (the one that takes the
+  interrupted phase's result, at the end of that phase): the orchestration is Failed for good and the
+  app's repair path starts a new execution. Timed from the moment the kill fired;
+* ``kill-host``: SIGKILL the whole host process group (platform, host, worker) and start it again with the
+  same command: the messages the dead host held reappear after the queue visibility timeout of host.json
+  (1 min);
 * ``terminate``: terminate the orchestration through the Durable HTTP API (as an operator would; on the
   real host an orchestrator episode that dies with its worker leaves the orchestration Failed, which the
   repair path treats the same way);
@@ -50,18 +59,31 @@ from tests.reliability.conftest import (
 )
 from tests.scenario.conftest import knobs
 
-FAULTS = ("kill-worker", "terminate", "purge")
+FAULTS = ("kill-worker", "kill-episode", "terminate", "purge", "kill-host")
 DELAY_MS = 120
 
 
-def _fault(double: HostDouble, how: str, response_id: str) -> None:
+def _fault(double: HostDouble, how: str, response_id: str) -> float:
+    """Cause the fault; returns when it happened (``time.monotonic()``)."""
     durable = f"{double.base_url}/runtime/webhooks/durabletask"
+    at = time.monotonic()
     if how == "kill-worker":
         double.kill_worker()
+    elif how == "kill-episode":
+        fired = len(double.stats()["kills"])
+        double.kill_worker(target="orchestrator", name="responses_orchestrator")
+        kill = double.wait_for(lambda s: len(s["kills"]) > fired, timeout=60)["kills"][-1]
+        if kill["instance_id"] != response_id:
+            raise RuntimeError(f"the episode kill hit another instance: {kill}")
+        at = time.monotonic() - (time.time() - float(kill["at"]))
+    elif how == "kill-host":
+        double.kill_host()
+        double.restart()
     elif how == "terminate":
         httpx.post(f"{durable}/instances/{response_id}/terminate?reason=bench", timeout=10).raise_for_status()
     elif how == "purge":
         httpx.delete(f"{durable}/instances/{response_id}", timeout=10).raise_for_status()
+    return at
 
 
 def one_run(double: HostDouble, client: Any, how: str, after: int, clean_texts: list[str]) -> dict[str, Any]:
@@ -70,8 +92,7 @@ def one_run(double: HostDouble, client: Any, how: str, after: int, clean_texts: 
     with stream:
         events, _ = read_events(stream, lambda event, seen: event.sequence_number >= after)
     response_id = events[0].response.id
-    faulted = time.monotonic()
-    _fault(double, how, response_id)
+    faulted = _fault(double, how, response_id)
     resumed: list[float] = []
 
     def first_new(event: Any, seen: list[Any]) -> bool:
@@ -79,7 +100,8 @@ def one_run(double: HostDouble, client: Any, how: str, after: int, clean_texts: 
             resumed.append(time.monotonic() - faulted)
         return False
 
-    more, notes = follow(client, response_id, events[-1].sequence_number, deadline_s=120.0, stop=first_new)
+    more, notes = follow(client, response_id, events[-1].sequence_number, deadline_s=180.0, stop=first_new,
+                         attempts=400)
     events += more
     seqs = [e.sequence_number for e in events]
     kinds = [e.type for e in events]

@@ -526,9 +526,14 @@ class Engine:
             await self._leave_index(response_id)
             return {"status": "gone"}
         terminal = [_terminal_event(record, output)]
+        mend = await self._mend_left_open(response_id, record, output)
 
         def unless_ended(last: JsonDict | None) -> list[JsonDict]:
-            return [] if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES else terminal
+            if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
+                return []
+            if mend is not None and (last or {}).get("sequence_number") == mend[0]:
+                return [*mend[1], *terminal]
+            return terminal
 
         try:
             await self._append_at_end(response_id, unless_ended)  # a zombie phase may append meanwhile
@@ -540,6 +545,29 @@ class Engine:
             await self._leave_index(response_id)
         log.info("finalized", extra={"response_id": response_id, "status": record.status})
         return {"status": record.status}
+
+    async def _mend_left_open(
+        self, response_id: str, record: ResponseRecord, output: list[JsonDict]
+    ) -> tuple[int, list[JsonDict]] | None:
+        """When the log does not end where the checkpoints end, what finalize appends before the terminal
+        event, and the sequence number of the last event it was decided on; else None.
+
+        A run can end without another phase attempt after a dead one: its worker died mid-phase and the
+        retry found the run cancelled or steered (it returns at once), or the crash budget ran out. The
+        dead attempt's item is then still open in the stream (or closed but never checkpointed), and the
+        terminal event's output does not hold it. As before any re-run phase (R4), the item is closed
+        ``incomplete`` and a ``response.in_progress`` carrying the checkpointed output follows, so a client
+        that rebuilds the output from the stream drops it and gets what ``GET`` returns.
+        """
+        events = self.storage.events
+        writer = events.take_writer(response_id) or await events.open_writer(response_id)
+        events.keep_writer(writer)  # the terminal append below takes it again (its append confirms it)
+        last = writer.last_event
+        if last is None or not isinstance(last.get("output_index"), int) or recovery.boundary(last, output):
+            return None
+        tail = await recovery.scan_tail(events, response_id, writer.next_sequence_number)
+        reset = ev.response_in_progress(response_object(record, output, status="in_progress"))
+        return int(last["sequence_number"]), [*tail.closing, reset]
 
     async def _leave_index(self, response_id: str) -> None:
         """The run is over: drop it from the index the repair path watches. Best effort: a leftover entry

@@ -246,6 +246,50 @@ async def test_double_crash_in_one_phase_resets_once_per_recovery(storage: Stora
     assert [i["text"] for i in rebuild_items(events)] == _texts(events)
 
 
+@pytest.mark.parametrize("ended_by", ["steered", "cancelled", "crash budget"])
+async def test_a_run_ending_right_after_a_crash_closes_the_dead_attempts_item_before_its_terminal_event(
+        storage: Storage, settings: Settings, ended_by: str) -> None:
+    """The worker dies mid-phase; the run then ends without another phase attempt streaming: its retry
+    finds a follow-up turn waiting (steered) or a cancel, or the orchestrator's crash budget is spent. The
+    item the dead attempt left open is closed ``incomplete`` and a reset to the last checkpoint follows
+    (R4), so a client rebuilding the stream gets exactly the terminal event's (and GET's) output."""
+    agent = CrashingAgent(settings, phase=1, at=3)
+    engine = Engine(storage, agent, settings)
+    rid = await _create(storage, settings)
+    await engine.plan(rid)
+    await engine.run_phase(rid, 0)
+    with pytest.raises(RuntimeError, match="simulated"):
+        await engine.run_phase(rid, 1)
+    before = await _events(storage, rid)
+    assert before[-1]["type"] == "response.output_text.delta"  # the dead attempt's item is open
+    if ended_by == "crash budget":
+        outcome = {"status": "failed", "error": {"code": "server_error", "message": "worker kept dying"}}
+    else:
+        if ended_by == "steered":
+            await storage.responses.add_pending_input(rid, 1)
+        else:
+            record = await storage.responses.get(rid)
+            await storage.responses.replace(record, cancel_requested=True)
+        assert (await engine.run_phase(rid, 1))["stop"] == ended_by  # the retry returns at once
+        outcome = {"status": "completed", "steered": True} if ended_by == "steered" else {"status": "completed"}
+    await engine.finalize(rid, outcome)
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    added = events[len(before):]
+    assert [e["type"] for e in added][:-1] == ["response.output_text.done", "response.content_part.done",
+                                               "response.output_item.done", "response.in_progress"]
+    assert added[2]["item"]["status"] == "incomplete"
+    assert len(added[3]["response"]["output"]) == 1  # the reset carries phase 0's checkpoint only
+    final = events[-1]["response"]["output"]
+    assert len(final) == 1
+    assert [i["text"] for i in rebuild_items(events)] == _texts(events)
+    if events[-1]["type"] == "response.completed":  # the client's stream helper only returns completed ones
+        assert [o.id for o in helper_final(events).output] == [item["id"] for item in final]
+    assert agent.runs == [(0, False), (1, False)]  # nothing streamed again
+    await engine.finalize(rid, outcome)  # idempotent: nothing more appended
+    assert len(await _events(storage, rid)) == len(events)
+
+
 async def test_non_background_crash_is_failed_not_rerun(storage: Storage, settings: Settings) -> None:
     agent = CrashingAgent(settings, phase=0, at=1)
     engine = Engine(storage, agent, settings)

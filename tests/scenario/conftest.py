@@ -32,21 +32,6 @@ def double() -> Iterator[HostDouble]:
         yield running
 
 
-@pytest.fixture(autouse=True)
-def _crash_semantics(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test marked ``kind_redelivery`` assumes the double re-delivers Durable work whose worker died (the
-    real host does not: tests/hostdouble/README.md); the session double runs it with that option."""
-    if request.node.get_closest_marker("kind_redelivery") is None:
-        yield
-        return
-    double = request.getfixturevalue("double")
-    double.set_kind_redelivery(True)
-    try:
-        yield
-    finally:
-        double.set_kind_redelivery(False)
-
-
 @pytest.fixture(scope="session")
 def client(double: HostDouble) -> OpenAI:
     return OpenAI(base_url=double.base_url, api_key="local", max_retries=0, _strict_response_validation=True,

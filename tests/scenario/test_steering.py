@@ -147,7 +147,6 @@ def test_polling_every_20ms_during_steering_never_leaves_a_turn_stuck(client: Op
         _steer_while_polling(client)
 
 
-@pytest.mark.kind_redelivery
 def test_worker_crash_during_a_steered_turn(client: OpenAI, double: HostDouble) -> None:
     conv = _conv()
     first = client.responses.create(model="m", input="one", background=True, conversation=conv,

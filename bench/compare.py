@@ -95,15 +95,23 @@ def listening_pid(url: str) -> int | None:
     return None
 
 
-def cpu_split(pid: int) -> tuple[float, float]:
-    """user+system CPU of ``pid`` itself and of all its live descendants, in seconds.
+def _is_double_worker(proc: psutil.Process) -> bool:
+    """The host double's Python worker (``python -m tests.hostdouble.worker``): the product code's process."""
+    with contextlib.suppress(psutil.Error):
+        return "tests.hostdouble.worker" in proc.cmdline()
+    return False
 
-    For the host double the root is the host process (HTTP proxy + Durable engine) and the descendant is
-    the worker process (the product code); for the reference server the root is the whole server.
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """user+system CPU in seconds: (``pid`` and its descendants except workers, the host double's workers).
+
+    The host double is three processes (platform → host → worker): the first figure is the platform and the
+    host (HTTP proxy + Durable engine), the second the worker (the product code). The reference server is
+    one process: everything is in the first figure.
     """
     try:
         root = psutil.Process(pid)
-        children = root.children(recursive=True)
+        procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return math.nan, math.nan
 
@@ -113,7 +121,9 @@ def cpu_split(pid: int) -> tuple[float, float]:
             return float(times.user + times.system)
         return 0.0
 
-    return cpu(root), sum(cpu(child) for child in children)
+    workers = [proc for proc in procs if _is_double_worker(proc)]
+    others = [proc for proc in procs if proc not in workers]
+    return sum(cpu(proc) for proc in others), sum(cpu(proc) for proc in workers)
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -176,8 +186,8 @@ class RunResult:
     events: int = 0
     seq_gaps: int = 0
     cpu_s: float = math.nan
-    cpu_root_s: float = math.nan  # the listening process only (host double: the host)
-    cpu_children_s: float = math.nan  # its descendants (host double: the worker)
+    cpu_root_s: float = math.nan  # the server without its workers (host double: platform + host)
+    cpu_children_s: float = math.nan  # the host double's worker process
     storage_calls: float = math.nan
     reconnect_first_s: float = math.nan
     reconnect_total_s: float = math.nan

@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                 env["RESILIENT_APPEND_WINDOW_MS"] = str(args.append_window_ms)
             double = stack.enter_context(HostDouble(ROOT, env=env, settings=None))
             base_url = double.base_url
-            meter.host_pid = double.proc.pid if double.proc else None
+            meter.host_pid = int(double.stats()["host_pid"])
             meter.worker_pid = int(double.stats()["worker_pid"])
         if args.warmup:
             warm_up(base_url, args.request_timeout)

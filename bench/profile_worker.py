@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                           timeout=60) as http:
         for _ in range(3):
             stream_run(http, args.phases, args.words)
-        pids = {"worker": int(double.stats()["worker_pid"]), "host": double.proc.pid if double.proc else 0}
+        pids = {"worker": int(double.stats()["worker_pid"]), "host": int(double.stats()["host_pid"])}
         spies = [subprocess.Popen([spy, "record", "-p", str(pid), "-r", str(args.rate), "-f", "raw", "-o",
                                    str(out_dir / f"{name}.txt"), "--nonblocking"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -51,7 +51,7 @@ from resilient.agents.base import (
     TransientAgentError,
 )
 from resilient.engine import recovery
-from resilient.engine.batching import Appender, ControlPoller, Tuning
+from resilient.engine.batching import Appender, ControlPoller, Tuning, load_factor
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
@@ -91,7 +91,8 @@ NON_BACKGROUND_CRASH_MESSAGE = (
 DEFAULT_RETRY_AFTER_SECONDS = 2.0
 REMEMBERED_RUNS = 1024
 # After an activity of a run ends here, its next one usually starts here within a Durable hop: readers in
-# this process wait for it on the in-process feed (polling storage at the idle pace) for this long.
+# this process wait for it on the in-process feed (polling storage at the idle pace) for this long, times
+# the load factor of the append window (a busy process makes the hop longer too).
 NEXT_ACTIVITY_EXPECTED_S = 5.0
 
 
@@ -200,7 +201,7 @@ class Engine:
         self.storage.events.keep_writer(await self._append_at_end(response_id, opening))
         if request is not None and not record.doc.get("agent_metadata"):
             self._remember(_RunMemo(record, request, []))
-            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(COMMITTED))
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
 
@@ -324,7 +325,7 @@ class Engine:
                 await appender.finish(closing)  # with the deltas still waiting: one append
             else:
                 await claim.append(closing)  # the agent said nothing: the closing events claim the log
-            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S)
+            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(COMMITTED))
         await self._record_phase(record, offset + index, items)
         if len(items.items) == 1:
             await storage.items.put_output_item(response_id, index, items.items[0])

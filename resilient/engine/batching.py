@@ -13,7 +13,8 @@ whatever deltas are still waiting.
 
 Why a background control poller: reading ``status``/``cancel_requested``/``pending_input_count`` inline
 would stall the agent's stream for a storage round trip. :class:`ControlPoller` reads them every
-``control_interval_s`` (one read in flight at most) and updates the phase context the agent checks.
+``control_interval_s`` (one read in flight at most; widened under load like the append window) and updates
+the phase context the agent checks.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ DEFAULT_APPEND_WINDOW_S = 0.2
 # The window is scaled by 1 + (phases streaming in this process) / LOAD_PHASES, at most MAX_LOAD_FACTOR.
 LOAD_PHASES = 16
 MAX_LOAD_FACTOR = 4.0
+
+
+def load_factor(load: CommittedFeed) -> float:
+    """How much a time-based interval is widened: 1 + (phases streaming here) / LOAD_PHASES, at most 4."""
+    return min(MAX_LOAD_FACTOR, 1.0 + load.phases_streaming() / LOAD_PHASES)
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,7 @@ class Appender:
 
     def window(self) -> float:
         """The configured window, widened while many phases stream in this process."""
-        factor = min(MAX_LOAD_FACTOR, 1.0 + self._load.phases_streaming() / LOAD_PHASES)
-        return self._window * factor
+        return self._window * load_factor(self._load)
 
     def cancel(self) -> None:
         """Stop without appending what is waiting (the phase failed)."""
@@ -144,11 +149,13 @@ class Appender:
 class ControlPoller:
     """Refreshes ``context.cancelled`` and ``context.pending_input_count`` from storage in the background."""
 
-    def __init__(self, responses: ResponseStore, response_id: str, context: PhaseContext, interval_s: float) -> None:
+    def __init__(self, responses: ResponseStore, response_id: str, context: PhaseContext, interval_s: float,
+                 *, load: CommittedFeed = COMMITTED) -> None:
         self._responses = responses
         self._rid = response_id
         self._context = context
         self._interval = max(0.001, interval_s)
+        self._load = load
         self._task: asyncio.Task[None] | None = None
         self.reads = 0
 
@@ -162,6 +169,15 @@ class ControlPoller:
             if error is not None:
                 raise error
 
+    def interval(self) -> float:
+        """The configured interval, widened under load like the append window.
+
+        Control reads are per second of a running phase, not per delta: when many phases stream in this
+        process every agent slows down, so a fixed interval would read more often per delta just when the
+        process can least afford it. The cancel/steer latency grows with it (at most ``MAX_LOAD_FACTOR`` ×).
+        """
+        return self._interval * load_factor(self._load)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -170,7 +186,7 @@ class ControlPoller:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self.interval())
             self.reads += 1
             try:
                 control = await self._responses.get_control(self._rid)

@@ -35,7 +35,9 @@ POLL_MAX_SECONDS = 0.5
 # polled only this often, for a writer elsewhere (which would have fenced the local one off).
 POLL_WHILE_LOCAL_SECONDS = 2.0
 # Between activities of a run driven from this process: the next one probably runs here too (and then
-# arrives through the feed), but may run on another instance; poll at the idle pace, not from POLL_MIN.
+# arrives through the feed at once), but may run on another instance; poll at the idle pace, not from
+# POLL_MIN, and back off towards POLL_WHILE_LOCAL_SECONDS while nothing comes (under load the hop between
+# two activities takes seconds, and a fixed pace would read storage more often per event just then).
 POLL_WHILE_EXPECTED_SECONDS = POLL_MAX_SECONDS
 # Events that storage had but the feed did not publish within REMOTE_GRACE_SECONDS (a writer in another
 # process, not just a read that overtook the local writer's publish): poll normally this long.
@@ -115,6 +117,7 @@ async def tail_events(
             next_finished_check = time.monotonic() + finished_check_seconds
             finished_seen = False
             was_here = False
+            expected_delay = poll_while_expected  # the poll interval between activities expected here
             must_read = False  # a gap in the feed: read storage, whatever other readers here found
             storage_due = last_read + (0.0 if cursor is None else delay)
             while True:
@@ -188,11 +191,16 @@ async def tail_events(
                 elif unpublished is not None and now >= unpublished[1]:
                     unpublished, remote_until = None, now + REMOTE_WRITER_SECONDS  # written by another process
                 trust_here = now >= remote_until
+                if got_events:
+                    expected_delay = poll_while_expected
                 if trust_here and feed.writing_here(response_id):
                     interval, here = poll_while_local, True
                 elif trust_here and feed.expected_here(response_id):
-                    interval, here = max(poll_while_expected, delay), True  # backs off to poll_max as well
+                    if empty_read and was_here:
+                        expected_delay = min(max(poll_while_local, poll_while_expected), expected_delay * 2)
+                    interval, here = max(expected_delay, delay), True
                 else:
+                    expected_delay = poll_while_expected
                     if was_here or got_events:
                         delay = poll_min  # the run left this process, or events flow: they may come from anywhere
                     interval, here = delay, False
@@ -202,7 +210,9 @@ async def tail_events(
                     continue
                 if empty_read and finished_seen:
                     return  # terminal status seen before this (empty) read: the terminal event was skipped
-                if finished is not None and now >= next_finished_check:
+                if finished is not None and now >= next_finished_check and here:
+                    next_finished_check = now + finished_check_seconds  # a run here: it has not finished yet
+                elif finished is not None and now >= next_finished_check:
                     next_finished_check = now + finished_check_seconds
                     try:
                         finished_seen = await finished()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,7 +37,7 @@ from .durable_api import DurableApi
 from .failures import Outcome
 from .protocol import BINDINGS_HEADER, DURABLE_PREFIX, FUNCTION_HEADER, INVOCATION_HEADER, ROUTE_PARAMS_HEADER
 from .routes import RouteError, Router
-from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor, post_json
+from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor, post_json, rpc_session
 from .timers import TimerScheduler
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
@@ -124,6 +125,7 @@ class Host:
         # Pooled connections expire well before the worker's keep-alive timeout (see worker.serve).
         self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100,
                                                             keepalive_expiry=20.0))
+        self._rpc: aiohttp.ClientSession | None = None  # created in the running loop (see rpc)
         self.router = Router()
         self.function_errors: dict[str, str] = {}
         self.episode_reruns = 0
@@ -161,7 +163,16 @@ class Host:
         await self.supervisor.stop()
         await self.runtime.close(graceful=graceful)
         await self.client.aclose()
+        if self._rpc is not None:
+            await self._rpc.close()
         self._save_carried()
+
+    @property
+    def rpc(self) -> aiohttp.ClientSession:
+        """The pool invocations go through (:func:`rpc_session`); the proxy keeps httpx for HTTP functions."""
+        if self._rpc is None:
+            self._rpc = rpc_session()
+        return self._rpc
 
     def _save_carried(self) -> None:
         if not self.state_file:
@@ -261,14 +272,14 @@ class Host:
         name = self._functions.get(function, {}).get("durable_name")
         return await self.supervisor.call(
             "orchestrator", function, name, instance_id,
-            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/orchestrator",
+            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/orchestrator",
                                   {"function": function, "context": context}, inv.headers), attempt)
 
     async def invoke_activity(self, function: str, name: str, instance_id: str, input_: Any,
                               on_attempt: Any) -> Outcome:
         return await self.supervisor.call(
             "activity", function, name, instance_id,
-            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/activity",
+            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/activity",
                                   {"function": function, "input": input_, "invocation_id": inv.id,
                                    "bindings": self._bindings(function)}, inv.headers), on_attempt)
 
@@ -279,14 +290,14 @@ class Host:
         name = self._functions.get(function, {}).get("durable_name")
         return await self.supervisor.call(
             "entity", function, name, entity_id,
-            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/entity",
+            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/entity",
                                   {"function": function, "context": context}, inv.headers), attempt)
 
     async def _invoke_timer(self, meta: dict[str, Any], timer: dict[str, Any]) -> Outcome:
         function = meta["name"]
         return await self.supervisor.call(
             "timer", function, function, None,
-            lambda inv: post_json(self.client, inv.base_url + "/_hostdouble/timer",
+            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/timer",
                                   {"function": function, "timer": timer, "invocation_id": inv.id,
                                    "bindings": self._bindings(function)}, inv.headers))
 

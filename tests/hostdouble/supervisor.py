@@ -41,7 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from .failures import Answered, HostStopping, Outcome, TimedOut, WorkerExited, exit_code_of
 from .protocol import KILL_HEADER, WORKER_READY_PREFIX
@@ -383,9 +383,9 @@ class WorkerSupervisor:
                     if invocation.outcome.done():  # answered after its timeout: the timeout stands
                         return invocation.outcome.result()
                     return Answered(request.result())
-                if isinstance(error, httpx.HTTPStatusError):
-                    return Answered({"ok": False, "error": f"worker answered HTTP {error.response.status_code}",
-                                     "stack": error.response.text[:2000]})
+                if isinstance(error, WorkerAnsweredError):
+                    return Answered({"ok": False, "error": f"worker answered HTTP {error.status}",
+                                     "stack": error.text[:2000]})
                 if invocation.outcome.done():
                     return invocation.outcome.result()
                 if await self.wait_alive(invocation):
@@ -397,9 +397,31 @@ class WorkerSupervisor:
             return invocation.outcome.result()
 
 
-async def post_json(client: httpx.AsyncClient, url: str, payload: dict[str, Any],
+class WorkerAnsweredError(Exception):
+    """The worker answered an invocation with a non-2xx status (the invocation ran, or was refused)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"worker answered HTTP {status}")
+        self.status, self.text = status, text
+
+
+def rpc_session() -> aiohttp.ClientSession:
+    """The host's connection pool for invocations (orchestrator episodes, activities, entity batches, timers).
+
+    aiohttp, not httpx: a small JSON POST costs this process ~0.3 ms of CPU instead of ~1 ms (measured on
+    loopback), and the double's own overhead counts in the host's CPU figures. Pooled connections expire
+    well before the worker's keep-alive timeout (see ``worker.serve``).
+    """
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000, keepalive_timeout=20.0),
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0))
+
+
+async def post_json(session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
                     headers: dict[str, str] | None = None) -> dict[str, Any]:
-    response = await client.post(url, json=payload, headers=headers, timeout=httpx.Timeout(None, connect=10.0))
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
+    data = json.dumps(payload).encode()
+    async with session.post(url, data=data, headers={"Content-Type": "application/json", **(headers or {})}) as answer:
+        body = await answer.read()
+        if not 200 <= answer.status < 300:
+            raise WorkerAnsweredError(answer.status, body.decode("utf-8", "replace"))
+    result: dict[str, Any] = json.loads(body)
     return result

@@ -466,6 +466,13 @@ class DurableRuntime:
         local_control: list[Delivery] = []
         local_activities: list[Delivery] = []
         await asyncio.gather(*(self._send(o, local_control, local_activities) for o in outbound))
+        # What was just sent is visible to the real backend's pollers now, and it wakes its own pollers on a
+        # send: an activity or another instance's message is picked up while this episode checkpoints, not
+        # after. (Messages to this instance wait for this session, as on the real backend.)
+        for delivery in local_control:
+            self._accept(delivery)
+        for delivery in local_activities:
+            self._start_activity(delivery)
         # (2) the checkpoint: history rows + sentinel, conditioned on the sentinel's ETag
         new_execution = start is not None
         first_index = 0 if new_execution else len(loaded.events)
@@ -492,10 +499,6 @@ class DurableRuntime:
         # (4) delete what was consumed; give back what must wait
         await self._finish(session, [d for d, _ in taken] + ([start[0]] if start else []) + drops)
         await self._abandon(session, defers)
-        for delivery in local_control:
-            self._accept(delivery)
-        for delivery in local_activities:
-            self._start_activity(delivery)
         if result.completion is not None:
             self.log(f"instance {instance_id} ({execution.name}) {result.completion.status}")
 

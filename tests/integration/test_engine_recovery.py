@@ -116,6 +116,20 @@ def _texts(events: list[dict[str, Any]]) -> list[str]:
     final = events[-1]["response"]["output"]
     return [text_of(item) for item in final]
 
+async def _die_mid_phase_1(
+        storage: Storage, settings: Settings) -> tuple[CrashingAgent, Engine, str, list[dict[str, Any]]]:
+    """A 3-phase run whose worker "dies" at the 3rd delta of phase 1: the agent, the engine, the response id
+    and the events written so far (phase 0 checkpointed, phase 1's item left open)."""
+    agent = CrashingAgent(settings, phase=1, at=3)
+    engine = Engine(storage, agent, settings)
+    rid = await _create(storage, settings)
+    await engine.plan(rid)
+    await engine.run_phase(rid, 0)
+    with pytest.raises(RuntimeError, match="simulated"):
+        await engine.run_phase(rid, 1)
+    return agent, engine, rid, await _events(storage, rid)
+
+
 
 async def test_fault_free_run_has_the_contract_event_order(storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
@@ -163,14 +177,7 @@ async def test_crash_mid_phase_recovers_with_reset_and_repeats_only_that_phase(s
     await _run_all(reference, ref_id)
     ref_events = await _events(storage, ref_id)
 
-    agent = CrashingAgent(settings, phase=1, at=3)
-    engine = Engine(storage, agent, settings)
-    rid = await _create(storage, settings)
-    await engine.plan(rid)
-    await engine.run_phase(rid, 0)
-    with pytest.raises(RuntimeError, match="simulated"):
-        await engine.run_phase(rid, 1)
-    before = await _events(storage, rid)
+    agent, engine, rid, before = await _die_mid_phase_1(storage, settings)
     await engine.run_phase(rid, 1)  # re-delivery
     await engine.run_phase(rid, 2)
     await engine.finalize(rid, {"status": "completed"})
@@ -253,14 +260,7 @@ async def test_a_run_ending_right_after_a_crash_closes_the_dead_attempts_item_be
     finds a follow-up turn waiting (steered) or a cancel, or the orchestrator's crash budget is spent. The
     item the dead attempt left open is closed ``incomplete`` and a reset to the last checkpoint follows
     (R4), so a client rebuilding the stream gets exactly the terminal event's (and GET's) output."""
-    agent = CrashingAgent(settings, phase=1, at=3)
-    engine = Engine(storage, agent, settings)
-    rid = await _create(storage, settings)
-    await engine.plan(rid)
-    await engine.run_phase(rid, 0)
-    with pytest.raises(RuntimeError, match="simulated"):
-        await engine.run_phase(rid, 1)
-    before = await _events(storage, rid)
+    agent, engine, rid, before = await _die_mid_phase_1(storage, settings)
     assert before[-1]["type"] == "response.output_text.delta"  # the dead attempt's item is open
     if ended_by == "crash budget":
         outcome = {"status": "failed", "error": {"code": "server_error", "message": "worker kept dying"}}

@@ -68,7 +68,7 @@ def _seconds(value: str) -> float:
 def test_host_json_passes_the_durable_extensions_own_validation() -> None:
     """AzureStorageOptions.Validate: control-queue visibility 1..60 min, partitions 1..16, polling > 0."""
     assert 60 <= _seconds(PROVIDER["controlQueueVisibilityTimeout"]) <= 3600
-    assert 1 <= PROVIDER["partitionCount"] <= 16
+    assert PROVIDER["partitionCount"] in range(1, 17)
     assert _seconds(PROVIDER["maxQueuePollingInterval"]) > 0
     assert _seconds(PROVIDER["workItemQueueVisibilityTimeout"]) > 0
 

@@ -282,6 +282,23 @@ def finish_run(client: OpenAI, double: HostDouble, response_id: str, events: lis
                     AppLog.of(double.log(), response_id))
 
 
+FREE_LOCK = {"active": None, "queue": []}
+
+
+def chain_lock_once_free(double: HostDouble, chain: str, timeout: float = 30.0) -> Any:
+    """The chain lock's state once it is free, or its last state after ``timeout`` (a lock left held).
+
+    A turn's client sees its terminal event (written by finalize) before its orchestration sends the
+    release, and the entity handles that signal in a batch of its own (retried after a back-off when its
+    worker died), so a lock read right after the terminal event may still name the turn."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lock = httpx.get(f"{double.durable_url}/entities/chain_lock/{chain}", timeout=10).json()
+        if lock == FREE_LOCK or time.monotonic() > deadline:
+            return lock
+        time.sleep(0.25)
+
+
 def settle(double: HostDouble, instance_id: str, timeout: float = 30.0) -> str | None:
     """Wait for the orchestration to end (finalize returned, lock released) so stats deltas are final:
     the double counts an activity delivery when its answer comes back, after the terminal event."""

@@ -37,6 +37,7 @@ from openai import OpenAI
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import (
     DELAY_MS,
+    FREE_LOCK,
     PHASES,
     QUESTION,
     TERMINAL,
@@ -45,6 +46,7 @@ from tests.reliability.conftest import (
     CrashRun,
     _check_phase_work,
     at_seq,
+    chain_lock_once_free,
     check_run,
     crash_run,
     default_storage,
@@ -239,7 +241,7 @@ def test_kill_during_a_chain_lock_entity_batch(client: OpenAI, double: HostDoubl
     assert check_run(client, run, clean) == []
     assert run.delta_count("entity_batches_aborted") >= 1  # nothing committed; the host retried the batch
     assert run.app.repairs == 0
-    assert _lock(double, conversation) == {"active": None, "queue": []}
+    assert chain_lock_once_free(double, conversation) == FREE_LOCK
 
 
 def test_three_kills_inside_one_phase_recycle_the_host_and_the_run_completes(

@@ -23,11 +23,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.hostdouble.api import HostDouble
-from tests.reliability.conftest import TERMINAL, default_storage, follow, make_client, read_events, texts
+from tests.reliability.conftest import (
+    FREE_LOCK,
+    TERMINAL,
+    chain_lock_once_free,
+    default_storage,
+    follow,
+    make_client,
+    read_events,
+    texts,
+)
 from tests.scenario.conftest import ROOT, knobs, rebuild
 
 pytestmark = [pytest.mark.azurite, pytest.mark.slow]
@@ -105,5 +113,4 @@ def test_three_runs_in_flight_survive_a_host_kill_and_a_queued_follow_up_runs_af
         events = list(client.responses.retrieve(follow_up.id, stream=True, starting_after=-1))
         _contiguous_with_one_terminal(events)
         assert [e.type for e in events][:3] == ["response.created", "response.queued", "response.in_progress"]
-        lock = httpx.get(f"{double.durable_url}/entities/chain_lock/{first}", timeout=10).json()
-        assert lock == {"active": None, "queue": []}
+        assert chain_lock_once_free(double, first) == FREE_LOCK

@@ -30,10 +30,12 @@ from openai import OpenAI
 
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import (
+    FREE_LOCK,
     PHASES,
     QUESTION,
     TERMINAL,
     WORDS,
+    chain_lock_once_free,
     default_storage,
     double_env,
     follow,
@@ -109,17 +111,8 @@ def test_a_waiting_turn_gets_its_dead_holder_resumed_and_then_runs(client: OpenA
     # The follow-up's client saw its terminal event, written by finalize; its orchestration releases the lock
     # in a later episode, and the entity handles that signal in a batch of its own after that.
     assert settle(double, events[0].response.id) == "Completed"
-    assert _lock_once_free(double, conversation) == {"active": None, "queue": []}
+    assert chain_lock_once_free(double, conversation) == FREE_LOCK
 
-
-def _lock_once_free(double: HostDouble, conversation: str, timeout: float = 30.0) -> Any:
-    """The chain lock's state once it is free, or its last state after ``timeout`` (a lock left held)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lock = _durable(double, "GET", f"entities/chain_lock/{conversation}").json()
-        if lock == {"active": None, "queue": []} or time.monotonic() > deadline:
-            return lock
-        time.sleep(0.25)
 
 
 def test_a_stream_past_its_time_limit_ends_cleanly_and_reconnecting_continues_it() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from openai import OpenAI
 
 from tests.hostdouble.api import HostDouble
+from tests.hostdouble.testkit import wait_until as wait_until  # one polling helper for every suite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,11 +71,3 @@ def rebuild(events: list[Any]) -> list[dict[str, Any]]:
     return [items[i] for i in sorted(items)]
 
 
-def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")

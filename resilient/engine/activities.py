@@ -52,6 +52,7 @@ from resilient.agents.base import (
 )
 from resilient.engine import recovery
 from resilient.engine.batching import Appender, ControlPoller, Tuning, load_factor
+from resilient.engine.liveness import Liveness, behind_live_writer
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
@@ -117,6 +118,7 @@ class Engine:
         self.agent = agent
         self.settings = settings
         self.tuning = tuning or Tuning.from_settings(settings)
+        self.liveness = Liveness()
         self._runs: OrderedDict[str, _RunMemo] = OrderedDict()
 
     def _remember(self, memo: _RunMemo) -> None:
@@ -281,12 +283,18 @@ class Engine:
         previous = checkpoints[:index]
         writer = writer or await storage.events.open_writer(response_id)
         head, first_index, crashed = await self._head(record, writer, previous)
+        if head:  # the log ends inside an item: is its writer dead, or another delivery of this phase?
+            found = await behind_live_writer(storage.events, storage.items, response_id, index, writer,
+                                             self.liveness, deadline)
+            if isinstance(found, list):
+                return self._summary(index, found[index:], control.cancel_requested, control.pending_input_count)
+            if found is not writer:
+                writer = found
+                head, first_index, crashed = await self._head(record, writer, previous)
         if crashed and not record.doc.get("background", False):
             log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
             return {"index": index, "stop": "failed",
                     "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
-        if head:
-            log.warning("recovering phase", extra={"response_id": response_id, "phase": index})
 
         request = request or await self._agent_request(record)
         context = PhaseContext(
@@ -300,7 +308,7 @@ class Engine:
             approval=_approval_for(record.doc, offset + index),
         )
         items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
-        claim = _Claim(self, record, index, writer, head, first_index, previous, items)
+        claim = _Claim(self, record, index, writer, head, first_index, previous, items, deadline)
         denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
         source = _denial(record.doc) if denied else self.agent.run_phase(context)
         with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
@@ -707,8 +715,10 @@ class _Claim:
     """
 
     def __init__(self, engine: Engine, record: ResponseRecord, index: int, writer: EventWriter,
-                 head: list[JsonDict], first_index: int, previous: list[JsonDict], items: PhaseItems) -> None:
+                 head: list[JsonDict], first_index: int, previous: list[JsonDict], items: PhaseItems,
+                 deadline: float | None = None) -> None:
         self._engine = engine
+        self._deadline = deadline
         self._record = record
         self._index = index
         self._writer = writer
@@ -743,12 +753,21 @@ class _Claim:
             try:
                 last = await self._writer.append([*self._head, *batch])
                 self.appended = True
+                if self._head:  # the reset is in the log: this attempt repeats the phase
+                    log.warning("recovering phase", extra={"response_id": rid, "phase": self._index})
                 return last
             except LostOwnership:
                 checkpoints = await storage.items.list_output_items(rid)
                 if len(checkpoints) > self._index:
                     raise _Superseded(checkpoints[self._index:]) from None
-                self._writer = await storage.events.open_writer(rid)
+                # somebody appended since we looked, most likely another delivery of this phase that
+                # is streaming now: let it finish rather than take the log from it
+                found = await behind_live_writer(storage.events, storage.items, rid, self._index,
+                                                 await storage.events.open_writer(rid), self._engine.liveness,
+                                                 self._deadline)
+                if isinstance(found, list):
+                    raise _Superseded(found[self._index:]) from None
+                self._writer = found
                 self._head, first, _ = await self._engine._head(self._record, self._writer, self._previous)
                 shift = first - self._first_index
                 self._first_index = first

@@ -14,6 +14,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import suppress
+from datetime import datetime
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob.aio import BlobClient, ContainerClient
@@ -111,14 +112,14 @@ class BlobEventLog:
         rid = validate_id(response_id, param="response_id")
         before = self.storage_calls
         for _ in range(_OPEN_ATTEMPTS):
-            sizes = await self._list(rid)
+            sizes, written = await self._list(rid)
             if not sizes:
                 raise NotFound(f"event log {rid!r} not found")
             last = max(sizes)
             tail, block_count = await self._tail(rid, last, sizes[last])
             next_seq, last_event = await self._last_event(rid, sizes, last, tail)
             if tail.next_segment is None:
-                position = WriterPosition(last, sizes[last], block_count, next_seq, last_event)
+                position = WriterPosition(last, sizes[last], block_count, next_seq, last_event, written.get(last))
                 return self._writer(rid, position, self.storage_calls - before)
             # Crash during rollover: the marker is written, the next segment is not (or not listed).
             self.storage_calls += 1
@@ -137,15 +138,18 @@ class BlobEventLog:
     def _writer(self, rid: str, position: WriterPosition, calls: int) -> BlobEventWriter:
         return BlobEventWriter(self._container, rid, position, self._limits, storage_calls=calls)
 
-    async def _list(self, rid: str) -> dict[int, int]:
-        """Segment sizes by number (one listing call)."""
+    async def _list(self, rid: str) -> tuple[dict[int, int], dict[int, datetime]]:
+        """Segment sizes and Last-Modified times by number (one listing call)."""
         sizes: dict[int, int] = {}
+        written: dict[int, datetime] = {}
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):
             number = segment_number(blob.name, rid)
             if number is not None:
                 sizes[number] = int(blob.size or 0)
-        return sizes
+                if blob.last_modified is not None:
+                    written[number] = blob.last_modified
+        return sizes, written
 
     async def _tail(self, rid: str, segment: int, size: int) -> tuple[Tail, int]:
         """The last frames of a segment and its committed block count (usually one ranged read)."""
@@ -202,7 +206,7 @@ class BlobEventLog:
             found = await self._read_single_segment(rid, after)
             if found is not None:
                 return found
-        sizes = await self._list(rid)
+        sizes, _ = await self._list(rid)
         if not sizes:
             raise NotFound(f"event log {rid!r} not found")
         found = await self._read_from_tail(rid, sizes, after)

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 
 from azure.core.exceptions import (
     HttpResponseError,
@@ -63,6 +64,9 @@ class WriterPosition:
     block_count: int  # committed blocks in the segment
     next_seq: int
     last_event: JsonDict | None
+    # the segment's Last-Modified as found when the writer was opened (None when unknown): how long ago
+    # somebody last wrote the log, for telling a live writer from a dead one
+    written_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,10 @@ class BlobEventWriter:
     @property
     def storage_calls(self) -> int:
         return self._calls
+
+    @property
+    def written_at(self) -> datetime | None:
+        return self._pos.written_at
 
     @property
     def last_committed(self) -> CommittedBlock | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 JsonDict = dict[str, Any]
@@ -210,6 +211,13 @@ class EventWriter(Protocol):
     @property
     def storage_calls(self) -> int:
         """Storage round trips made by this writer (for benchmarks)."""
+        ...
+
+    @property
+    def written_at(self) -> datetime | None:
+        """When the log last changed, as the storage service stamped it when this writer was opened
+        (None if not known, e.g. a writer that created the log). Recovery reads it to tell a log another
+        attempt is writing right now from one whose writer died."""
         ...
 
     @property

@@ -251,6 +251,25 @@ class HostDouble:
             return int(answer["killed_pid"])
         return answer["armed"]
 
+    def crash_host_before_checkpoint(self, activity: str, delay: float = 0.0) -> None:
+        """Arm a container crash inside the Durable backend's one unguarded window: the next orchestrator
+        episode that schedules ``activity`` sends its messages (the activity starts), then ``delay`` s
+        later the whole process group is SIGKILLed before the episode's history is committed. Wait for
+        it with :meth:`wait_dead`, then :meth:`restart`."""
+        response = self.http.post(f"{self.durable_url}/_double/crash-host",
+                                  params={"at": "checkpoint", "name": activity, "delay": delay})
+        response.raise_for_status()
+
+    def wait_dead(self, timeout: float = 30.0) -> None:
+        """Until the process group started by :meth:`start` has died (an armed crash)."""
+        if self.proc is None:
+            raise HostDoubleError("the double is not running")
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise HostDoubleError(f"the double was still running after {timeout} s") from None
+        self._kill_group()  # anything the platform left behind
+
     def set_kind_redelivery(self, enabled: bool) -> None:
         """Switch the running double between the real crash semantics and the old kind re-delivery."""
         response = self.http.post(f"{self.durable_url}/_double/semantics",

@@ -390,6 +390,8 @@ class Host:
             return JSONResponse(self.stats())
         if parts == ["kill-worker"] and request.method == "POST":
             return self._kill(request)
+        if parts == ["crash-host"] and request.method == "POST":
+            return self._arm_host_crash(request)
         if parts == ["semantics"] and request.method == "POST":
             kind = request.query_params.get("kind_redelivery", "").lower()
             if kind not in ("true", "false"):
@@ -415,6 +417,21 @@ class Host:
         log(f"kill planned: during the next {target} invocation"
             f"{f' of {plan.name!r}' if plan.name else ''}, {plan.delay:.2f} s into it")
         return JSONResponse({"armed": {"target": plan.target, "name": plan.name, "delay": plan.delay}})
+
+    def _arm_host_crash(self, request: Request) -> Response:
+        """``at=checkpoint&name=<activity>&delay=<s>``: the whole host dies between the sends and the
+        checkpoint of the next episode that schedules ``name`` (see ``DurableRuntime``)."""
+        name = request.query_params.get("name")
+        if request.query_params.get("at") != "checkpoint" or not name:
+            return JSONResponse({"Message": "at=checkpoint and name=<activity> are required"}, status_code=400)
+        try:
+            delay = max(0.0, float(request.query_params.get("delay", "0")))
+        except ValueError:
+            return JSONResponse({"Message": "delay must be a number of seconds"}, status_code=400)
+        self.runtime.crash_before_checkpoint = (name, delay)
+        log(f"host crash armed: before the checkpoint of the next episode scheduling {name!r}, {delay:.2f} s "
+            f"after its sends")
+        return JSONResponse({"armed": {"at": "checkpoint", "name": name, "delay": delay}})
 
     def stats(self) -> dict[str, Any]:
         supervisor = self.supervisor

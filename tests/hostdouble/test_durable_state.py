@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.hostdouble.api import HostDouble
-from tests.hostdouble.durable.history import TASK_SCHEDULED
+from tests.hostdouble.durable.history import TASK_COMPLETED, TASK_SCHEDULED
 from tests.hostdouble.testkit import WAIT, done, history, markers, start, start_double, uid, wait, wait_until
 
 TEST_TIMEOUT = 150
@@ -65,6 +65,33 @@ def test_host_sigkill_and_the_same_command_again_resume_every_orchestration(tmp_
         # it waited for the visibility timeout (10 s in the fixture's host.json), not the 5-minute default
         assert resumed_after < 45, resumed_after
         print(f"\nhost SIGKILL → orchestration complete: {resumed_after:.1f} s (visibility 10 s, polling ≤ 2 s)")
+    finally:
+        double.stop()
+
+
+def test_a_host_dying_between_an_episodes_sends_and_its_checkpoint_runs_the_activity_again(tmp_path: Path) -> None:
+    """DTFx's unguarded window: the activity message is out (and running) but the history does not say it
+    was scheduled. After the restart the episode runs again and schedules it again, and the first message
+    reappears too: the activity runs three times in all, the orchestration still sees one result."""
+    double = start_double()
+    double.start()
+    try:
+        http = httpx.Client(base_url=double.base_url, timeout=WAIT)
+        sequence = uid("seq")
+        start(http, "sequence", sequence, {"steps": 3, "marker_dir": str(tmp_path), "sleep": 0.5})
+        wait_until(lambda: markers(tmp_path, "step-0") == 1)
+        double.crash_host_before_checkpoint("step", delay=0.2)  # the episode that schedules step 1
+        double.wait_dead()
+        assert markers(tmp_path, "step-1") == 1  # it had started when the host died
+        double.restart()
+        status = done(http, sequence, timeout=60)
+        assert status["runtimeStatus"] == "Completed", status
+        assert [r["index"] for r in status["output"]] == [0, 1, 2]
+        assert [markers(tmp_path, f"step-{i}") for i in range(3)] == [1, 3, 1]
+        events = history(double, sequence)
+        assert scheduled(double, sequence) == 3
+        assert sum(1 for e in events if e["EventType"] == TASK_COMPLETED) == 3  # the duplicates were dropped
+        assert "before the checkpoint (armed crash)" in double.log()
     finally:
         double.stop()
 

@@ -21,6 +21,7 @@ import pytest
 from resilient.agents.research import ResearchAgent
 from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine, Tuning
+from resilient.engine.liveness import Liveness
 from resilient.http.service import STREAM_LIMIT_NOTE, ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
@@ -52,6 +53,8 @@ async def storage(settings: Settings) -> AsyncIterator[Storage]:
 
 def _rig(storage: Storage, settings: Settings) -> tuple[Durable, ResponsesService]:
     engine = Engine(storage, ResearchAgent(settings), settings, Tuning(flush_interval_s=0.02, control_interval_s=0.05))
+    # timers run at 1/100 of their time here: the crash retry comes 30 ms after a death, not 3 s
+    engine.liveness = Liveness(quiet_s=0.1, poll_s=0.02)
     durable = Durable(engine, timer_scale=0.01)
     return durable, ResponsesService(storage, durable, settings)
 

@@ -286,3 +286,33 @@ def test_whole_host_killed_and_restarted_with_the_same_command(
     assert check_run(client, run, clean, host_stats=False) == []
     assert run.app.repairs == 0, "the restarted host resumed the work from storage by itself"
     assert resumed_after < 60.0, f"{resumed_after:.1f} s from the kill to the terminal event"
+
+
+def test_whole_host_dies_between_an_episodes_sends_and_its_checkpoint(
+        short_visibility_double: HostDouble, clean: list[Any]) -> None:
+    """The Durable backend's one unguarded window: the episode that schedules phase 2 has sent its
+    ``run_phase`` message (the phase starts streaming) but not committed its history when the container
+    dies. After the restart the episode runs again and schedules phase 2 again, and the first message
+    reappears too: two deliveries of the same phase, side by side, on a log one attempt already wrote."""
+    double = short_visibility_double
+    client = make_client(double.base_url)
+    k = _nth("response.output_text.delta", 0, 2)(clean)  # inside phase 1
+    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
+                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
+    with stream:
+        events, _ = read_events(stream, at_seq(k))
+        response_id = events[0].response.id
+        double.crash_host_before_checkpoint("run_phase", delay=0.15)
+        more, broken = read_events(stream)
+    events += more
+    assert broken, "the stream outlived the host"
+    double.wait_dead()
+    assert any(e.type == "response.output_item.added" and e.output_index == 1 for e in events), \
+        "phase 2 was streaming when the host died"
+    double.restart()
+    run = finish_run(client, double, response_id, events, double.stats(), [events[-1].sequence_number], [])
+    # phase 2 was delivered twice after the restart (the replayed episode's message and the dead host's,
+    # which reappeared); when they overlap, the later one waits for the earlier one instead of taking the
+    # log from it, so the kill repeats phase 2 once, as any other kill does
+    assert run.stats_after["activity_redeliveries"].get("run_phase") == 1, run.stats_after
+    assert check_run(client, run, clean, host_stats=False) == []

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import time
 import uuid
 from collections import Counter
@@ -174,6 +175,9 @@ class DurableRuntime:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._work_poller: Poller | None = None
+        # a test hook: (activity name, seconds) — the whole host dies that long after the next episode that
+        # schedules that activity has sent its messages, before it checkpoints (a container crash there)
+        self.crash_before_checkpoint: tuple[str, float] | None = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -473,6 +477,7 @@ class DurableRuntime:
             self._accept(delivery)
         for delivery in local_activities:
             self._start_activity(delivery)
+        await self._maybe_crash_before_checkpoint(instance_id, outbound)
         # (2) the checkpoint: history rows + sentinel, conditioned on the sentinel's ETag
         new_execution = start is not None
         first_index = 0 if new_execution else len(loaded.events)
@@ -501,6 +506,18 @@ class DurableRuntime:
         await self._abandon(session, defers)
         if result.completion is not None:
             self.log(f"instance {instance_id} ({execution.name}) {result.completion.status}")
+
+    async def _maybe_crash_before_checkpoint(self, instance_id: str, outbound: list[Outbound]) -> None:
+        """The armed container crash: the episode's messages are out (its activities may be running), its
+        history is not committed. SIGKILL to the whole process group, as ``HostDouble.kill_host`` does."""
+        armed = self.crash_before_checkpoint
+        if armed is None or not any(o.kind == "activity" and o.event.get("Name") == armed[0] for o in outbound):
+            return
+        self.crash_before_checkpoint = None
+        self.log(f"instance {instance_id}: episode sent {armed[0]!r}; the whole host dies {armed[1]:.2f} s "
+                 f"later, before the checkpoint (armed crash)")
+        await asyncio.sleep(armed[1])
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
     def _instance_fields(self, execution: Execution, start: tuple[Delivery, dict[str, Any]] | None,
                          result: EpisodeResult) -> dict[str, Any]:

@@ -283,7 +283,7 @@ class Engine:
         previous = checkpoints[:index]
         writer = writer or await storage.events.open_writer(response_id)
         head, first_index, crashed = await self._head(record, writer, previous)
-        if head:  # the log ends inside an item: is its writer dead, or another delivery of this phase?
+        if crashed:  # the log ends inside an item: is its writer dead, or another delivery of this phase?
             found = await behind_live_writer(storage.events, storage.items, response_id, index, writer,
                                              self.liveness, deadline)
             if isinstance(found, list):

@@ -4,6 +4,7 @@ on it as the real one does. Fixture app (visibility timeouts 10 s, polling ≤ 2
 from __future__ import annotations
 
 import faulthandler
+import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -162,3 +163,22 @@ def test_each_double_has_its_own_task_hub_and_host_json_names_one_with_a_setting
             assert done(http, instance)["runtimeStatus"] == "Completed"
         assert httpx.get(f"{named.durable_url}/instances/{instance}").status_code == 404
     named.stop(delete_task_hub_too=True)
+
+
+def test_no_more_activities_run_at_once_than_the_dispatcher_has_slots(tmp_path: Path) -> None:
+    """maxConcurrentActivityFunctions (10 × processors): a fan-out wider than that runs in waves; the
+    activities beyond it wait in the work-item queue and start as slots free up."""
+    slots = 10 * (os.cpu_count() or 1)
+    with start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
+        instance = uid("fan")
+        start(http, "fanout", instance, {"steps": slots + 5, "marker_dir": str(tmp_path), "sleep": 2.0})
+        widest = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            widest = max(widest, len(double.stats()["in_flight_activities"]))
+            if markers(tmp_path, "step-fan*") == slots + 5:
+                break
+            time.sleep(0.05)
+        assert widest == slots
+        status = done(http, instance, timeout=60)
+        assert status["runtimeStatus"] == "Completed" and len(status["output"]) == slots + 5

@@ -469,14 +469,23 @@ class DurableRuntime:
         # (1) outbound messages first (DTFx: their results are de-duplicated if this commit fails)
         local_control: list[Delivery] = []
         local_activities: list[Delivery] = []
-        await asyncio.gather(*(self._send(o, local_control, local_activities) for o in outbound))
+        free = self.max_activities - len(self.running_activities)
+        holds = []
+        for o in outbound:
+            holds.append(o.kind != "activity" or free > 0)
+            free -= o.kind == "activity"
+        await asyncio.gather(*(self._send(o, local_control, local_activities, hold)
+                               for o, hold in zip(outbound, holds, strict=True)))
         # What was just sent is visible to the real backend's pollers now, and it wakes its own pollers on a
         # send: an activity or another instance's message is picked up while this episode checkpoints, not
         # after. (Messages to this instance wait for this session, as on the real backend.)
         for delivery in local_control:
             self._accept(delivery)
         for delivery in local_activities:
-            self._start_activity(delivery)
+            if len(self.running_activities) < self.max_activities:
+                self._start_activity(delivery)
+            else:  # other episodes took the free slots meanwhile: give it to the poller
+                self._spawn(self._release(delivery))
         await self._maybe_crash_before_checkpoint(instance_id, outbound)
         # (2) the checkpoint: history rows + sentinel, conditioned on the sentinel's ETag
         new_execution = start is not None
@@ -540,9 +549,14 @@ class DurableRuntime:
         return fields
 
     async def _send(self, outbound: Outbound, local_control: list[Delivery],
-                    local_activities: list[Delivery]) -> None:
+                    local_activities: list[Delivery], hold: bool = True) -> None:
         envelope = Envelope(outbound.instance_id, outbound.event, outbound.execution_id)
         if outbound.kind == "activity":
+            if not hold:
+                # every activity slot is taken: like the real dispatcher (WorkItemDispatcher fetches only
+                # after taking a concurrency slot), leave it in the queue for the poller
+                await self.queues.send(self.names.work_item_queue, envelope)
+                return
             sent = await self.queues.send(self.names.work_item_queue, envelope,
                                           self.config.work_item_visibility.total_seconds(), held=True)
             local_activities.append(sent)
@@ -629,7 +643,17 @@ class DurableRuntime:
             self.log(f"activity '{name}' of {envelope.instance_id}: could not report its result "
                      f"({type(error).__name__}); it runs again when its work item reappears")
         finally:
+            was_full = len(self.running_activities) >= self.max_activities
             self.running_activities.pop(delivery.message_id, None)
+            if was_full and self._work_poller is not None:
+                self._work_poller.wake()  # the dispatcher fetches as soon as it gets a slot back
+
+    async def _release(self, delivery: Delivery) -> None:
+        """Make a held message visible again at once, for the poller."""
+        try:
+            await self.queues.update(delivery, 0)
+        except Exception as error:  # it reappears after its visibility timeout anyway
+            self.log(f"releasing a work item failed ({type(error).__name__})")
 
     # ------------------------------------------------------------------------------------------ entities
     async def _entity_batch(self, session: Session, batch: list[Delivery]) -> None:

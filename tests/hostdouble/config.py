@@ -133,6 +133,8 @@ class DurableConfig:
     lease_renew_interval: timedelta = LEASE_RENEW_INTERVAL
     lease_acquire_interval: timedelta = LEASE_ACQUIRE_INTERVAL
     worker_id: str = field(default_factory=socket.gethostname)
+    # extensions.durableTask.maxConcurrentActivityFunctions (DurableTaskOptions: 10 × the processor count)
+    max_activities: int = field(default_factory=lambda: 10 * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,12 @@ def durable_config(tree: Mapping[str, Any], env: Mapping[str, str]) -> DurableCo
     # WorkerId: the machine name, or "<stamp>:<role instance>" on App Service (AzureStorageDurabilityProviderFactory).
     stamp, role = env.get("WEBSITE_CURRENT_STAMPNAME"), env.get("RoleInstanceId")
     worker_id = f"{stamp}:{role}" if stamp and role else socket.gethostname()
+    raw_activities = _get(section, "maxConcurrentActivityFunctions")
+    max_activities = 10 * (os.cpu_count() or 1) if raw_activities is None else int(raw_activities)
+    if max_activities < 1:
+        raise ConfigError(f"durableTask.maxConcurrentActivityFunctions must be at least 1, not {max_activities}")
     return DurableConfig(
-        hub_name=hub, partition_count=partitions,
+        hub_name=hub, partition_count=partitions, max_activities=max_activities,
         control_visibility=span("controlQueueVisibilityTimeout", DEFAULT_VISIBILITY),
         work_item_visibility=span("workItemQueueVisibilityTimeout", DEFAULT_VISIBILITY),
         max_polling_interval=max(span("maxQueuePollingInterval", DEFAULT_MAX_POLLING), timedelta(milliseconds=50)),

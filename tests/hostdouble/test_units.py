@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -70,6 +71,11 @@ def test_app_settings_override_host_json_case_insensitively(tmp_path: Path) -> N
     assert loaded.function_timeout == timedelta(seconds=7)
     assert loaded.durable.max_polling_interval == timedelta(seconds=3)
     assert loaded.route_prefix == "api"  # the host's default
+    env["AzureFunctionsJobHost__extensions__durableTask__maxConcurrentActivityFunctions"] = "7"
+    assert config.load(tmp_path, env).durable.max_activities == 7
+    env["AzureFunctionsJobHost__extensions__durableTask__maxConcurrentActivityFunctions"] = "0"
+    with pytest.raises(config.ConfigError, match="maxConcurrentActivityFunctions"):
+        config.load(tmp_path, env)
 
 
 def test_hub_name_setting_substitution_defaults_and_validation(tmp_path: Path) -> None:
@@ -84,6 +90,7 @@ def test_hub_name_setting_substitution_defaults_and_validation(tmp_path: Path) -
         timedelta(minutes=5), timedelta(minutes=5))
     assert defaults.durable.max_polling_interval == timedelta(seconds=30)
     assert defaults.durable.partition_count == 4
+    assert defaults.durable.max_activities == 10 * (os.cpu_count() or 1)
     assert defaults.function_timeout == timedelta(minutes=30)
 
 
@@ -103,6 +110,7 @@ def test_worker_id_is_the_machine_or_the_app_service_instance(tmp_path: Path) ->
 def test_repo_host_json_is_readable() -> None:
     loaded = config.load(Path(__file__).resolve().parents[2], {})
     assert loaded.route_prefix == "" and loaded.durable.hub_name
+    assert loaded.durable.max_activities == 100
 
 
 # ------------------------------------------------------------------------------------------- failure texts

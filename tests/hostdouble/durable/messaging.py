@@ -197,6 +197,7 @@ class Poller:
         self.log = log
         self.fetch_limit = fetch_limit
         self._wake = asyncio.Event()
+        self.fetching = 0
         self._interval = MIN_POLL_S
         self._exponent = 0
         self._failing = False
@@ -241,6 +242,7 @@ class Poller:
             if limit <= 0:
                 await self._wait()
                 continue
+            self.fetching = min(32, limit)  # the slots this fetch may fill (see DurableRuntime._send)
             try:
                 found = await self.queues.receive(self.queue, limit, self.visibility)
                 if self._failing:
@@ -253,6 +255,8 @@ class Poller:
                     self.log(f"queue {self.queue}: polling failed ({type(error).__name__}); backing off")
                     self._failing = True
                 found = []
+            finally:
+                self.fetching = 0
             if not found:
                 await self._wait()
                 continue

@@ -170,11 +170,12 @@ class DurableRuntime:
         self.owned: set[int] = set()
         self.pollers: dict[int, asyncio.Task[None]] = {}
         self.running_activities: dict[str, dict[str, Any]] = {}
-        self.max_activities = 10 * (os.cpu_count() or 1)  # maxConcurrentActivityFunctions default
+        self.max_activities = config.max_activities  # maxConcurrentActivityFunctions
         self.counters = Counters()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._work_poller: Poller | None = None
+        self._reserved_slots = 0  # activity slots taken by locally sent activities not started yet
         # a test hook: (activity name, seconds) — the whole host dies that long after the next episode that
         # schedules that activity has sent its messages, before it checkpoints (a container crash there)
         self.crash_before_checkpoint: tuple[str, float] | None = None
@@ -192,7 +193,8 @@ class DurableRuntime:
         await self.leases.start()
         self._work_poller = Poller(self.queues, self.names.work_item_queue, self.config.work_item_visibility,
                                    self.config.max_polling_interval, self._on_work_items, self.log,
-                                   fetch_limit=lambda: self.max_activities - len(self.running_activities))
+                                   fetch_limit=lambda: self.max_activities - len(self.running_activities) -
+                                   self._reserved_slots)
         self._spawn(self._work_poller.run())
 
     async def close(self, *, graceful: bool, drain_s: float = 10.0) -> None:
@@ -469,23 +471,27 @@ class DurableRuntime:
         # (1) outbound messages first (DTFx: their results are de-duplicated if this commit fails)
         local_control: list[Delivery] = []
         local_activities: list[Delivery] = []
-        free = self.max_activities - len(self.running_activities)
+        # activity slots are reserved before the sends (other episodes send meanwhile): no overshoot
+        fetching = self._work_poller.fetching if self._work_poller is not None else 0
+        free = self.max_activities - len(self.running_activities) - self._reserved_slots - fetching
         holds = []
         for o in outbound:
             holds.append(o.kind != "activity" or free > 0)
             free -= o.kind == "activity"
-        await asyncio.gather(*(self._send(o, local_control, local_activities, hold)
-                               for o, hold in zip(outbound, holds, strict=True)))
+        reserved = sum(1 for o, hold in zip(outbound, holds, strict=True) if o.kind == "activity" and hold)
+        self._reserved_slots += reserved
+        try:
+            await asyncio.gather(*(self._send(o, local_control, local_activities, hold)
+                                   for o, hold in zip(outbound, holds, strict=True)))
+        finally:
+            self._reserved_slots -= reserved
         # What was just sent is visible to the real backend's pollers now, and it wakes its own pollers on a
         # send: an activity or another instance's message is picked up while this episode checkpoints, not
         # after. (Messages to this instance wait for this session, as on the real backend.)
         for delivery in local_control:
             self._accept(delivery)
         for delivery in local_activities:
-            if len(self.running_activities) < self.max_activities:
-                self._start_activity(delivery)
-            else:  # other episodes took the free slots meanwhile: give it to the poller
-                self._spawn(self._release(delivery))
+            self._start_activity(delivery)
         await self._maybe_crash_before_checkpoint(instance_id, outbound)
         # (2) the checkpoint: history rows + sentinel, conditioned on the sentinel's ETag
         new_execution = start is not None
@@ -556,6 +562,8 @@ class DurableRuntime:
                 # every activity slot is taken: like the real dispatcher (WorkItemDispatcher fetches only
                 # after taking a concurrency slot), leave it in the queue for the poller
                 await self.queues.send(self.names.work_item_queue, envelope)
+                if self._work_poller is not None:
+                    self._work_poller.wake()  # TaskHubQueue.AddMessageAsync resets its poller's back-off
                 return
             sent = await self.queues.send(self.names.work_item_queue, envelope,
                                           self.config.work_item_visibility.total_seconds(), held=True)
@@ -647,13 +655,6 @@ class DurableRuntime:
             self.running_activities.pop(delivery.message_id, None)
             if was_full and self._work_poller is not None:
                 self._work_poller.wake()  # the dispatcher fetches as soon as it gets a slot back
-
-    async def _release(self, delivery: Delivery) -> None:
-        """Make a held message visible again at once, for the poller."""
-        try:
-            await self.queues.update(delivery, 0)
-        except Exception as error:  # it reappears after its visibility timeout anyway
-            self.log(f"releasing a work item failed ({type(error).__name__})")
 
     # ------------------------------------------------------------------------------------------ entities
     async def _entity_batch(self, session: Session, batch: list[Delivery]) -> None:

@@ -197,6 +197,11 @@ class DurableRuntime:
                                    self._reserved_slots)
         self._spawn(self._work_poller.run())
 
+    def _free_activity_slots(self) -> int:
+        """Slots neither running, nor reserved by an episode's sends, nor being filled by a poll in flight."""
+        fetching = self._work_poller.fetching if self._work_poller is not None else 0
+        return self.max_activities - len(self.running_activities) - self._reserved_slots - fetching
+
     async def close(self, *, graceful: bool, drain_s: float = 10.0) -> None:
         """Stop dispatching. Graceful: let running work finish (it is told the host stops), give the
         partition leases back. Messages held but not finished reappear after their visibility timeout."""
@@ -471,18 +476,15 @@ class DurableRuntime:
         # (1) outbound messages first (DTFx: their results are de-duplicated if this commit fails)
         local_control: list[Delivery] = []
         local_activities: list[Delivery] = []
-        # activity slots are reserved before the sends (other episodes send meanwhile): no overshoot
-        fetching = self._work_poller.fetching if self._work_poller is not None else 0
-        free = self.max_activities - len(self.running_activities) - self._reserved_slots - fetching
-        holds = []
-        for o in outbound:
-            holds.append(o.kind != "activity" or free > 0)
-            free -= o.kind == "activity"
-        reserved = sum(1 for o, hold in zip(outbound, holds, strict=True) if o.kind == "activity" and hold)
+        # Activities start here only into free slots, reserved before the sends (other episodes and the
+        # poller take slots meanwhile); the rest go to the queue for the poller.
+        activities = [o for o in outbound if o.kind == "activity"]
+        reserved = max(0, min(len(activities), self._free_activity_slots()))
+        held = {id(o) for o in activities[:reserved]}
         self._reserved_slots += reserved
         try:
-            await asyncio.gather(*(self._send(o, local_control, local_activities, hold)
-                                   for o, hold in zip(outbound, holds, strict=True)))
+            await asyncio.gather(*(self._send(o, local_control, local_activities, hold=id(o) in held)
+                                   for o in outbound))
         finally:
             self._reserved_slots -= reserved
         # What was just sent is visible to the real backend's pollers now, and it wakes its own pollers on a
@@ -555,7 +557,7 @@ class DurableRuntime:
         return fields
 
     async def _send(self, outbound: Outbound, local_control: list[Delivery],
-                    local_activities: list[Delivery], hold: bool = True) -> None:
+                    local_activities: list[Delivery], *, hold: bool = True) -> None:
         envelope = Envelope(outbound.instance_id, outbound.event, outbound.execution_id)
         if outbound.kind == "activity":
             if not hold:

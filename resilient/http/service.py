@@ -50,6 +50,7 @@ from resilient.protocol.params import parse_bool, parse_int
 from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
+from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ReadResult, ResponseRecord
 
 if TYPE_CHECKING:
@@ -352,7 +353,8 @@ class ResponsesService:
         # A reconnect: read the log while the row is checked (one round trip instead of two before the first
         # event). Nothing read is sent unless the checks pass; they fail in the same order as ever.
         starting_after = _starting_after(query, headers)
-        first_read = self._early_read(response_id, starting_after)
+        start = _remembered(response_id, starting_after)
+        first_read = None if start is not None else self._early_read(response_id, starting_after)
         try:
             record = await self._stored(response_id)
             if not record.doc.get("background", False):
@@ -366,7 +368,7 @@ class ResponsesService:
             raise
         return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
                                                                 finished=self._finished_probe(response_id),
-                                                                first_read=first_read)),
+                                                                start=start, first_read=first_read)),
                           headers=dict(SSE_HEADERS))
 
     def _early_read(self, response_id: str, starting_after: int) -> asyncio.Future[ReadResult] | None:
@@ -616,6 +618,21 @@ MAX_SEQUENCE_NUMBER = 2**53  # the largest integer every JSON client reads exact
 
 def _optional_bool(query: Mapping[str, str], name: str) -> bool:
     return name in query and parse_bool(query[name], param=name)
+
+
+def _remembered(response_id: str, starting_after: int) -> CommittedBlock | None:
+    """A reconnect's first events from this process's memory of the log (a true prefix of the stored log,
+    see ``resilient/storage/recent.py``), when that prefix is the whole log (it ends with the terminal
+    event) or the run is being written here (the rest then arrives through the feed). Otherwise None: the
+    first events are read from storage. The response's row is checked either way."""
+    block = COMMITTED.recent(response_id, starting_after)
+    if block is None or not block.events:
+        return None
+    if block.events[-1].type in ev.TERMINAL_EVENT_TYPES:
+        return block
+    if COMMITTED.writing_here(response_id) or COMMITTED.expected_here(response_id):
+        return block
+    return None
 
 
 def _starting_after(query: Mapping[str, str], headers: Mapping[str, str]) -> int:

@@ -24,6 +24,7 @@ from resilient.protocol.sse import parse_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
 from resilient.storage.eventwriter import MAX_BLOCK_BYTES, BlobEventWriter, LogLimits, WriterPosition
+from resilient.storage.feed import COMMITTED
 from resilient.storage.logformat import (
     IndexEntry,
     Tail,
@@ -340,6 +341,7 @@ class BlobEventLog:
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
         self._kept.pop(rid, None)
+        COMMITTED.forget_log(rid)  # before the first call: a reconnect here must not outlive the log
         names: list[str] = []
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from resilient.storage.ports import CommittedBlock
+from resilient.storage.recent import RecentLogs
 
 __all__ = ["COMMITTED", "CommittedBlock", "CommittedFeed", "Subscription"]
 
@@ -89,6 +90,7 @@ class CommittedFeed:
         self._expected: dict[str, float] = {}  # response id -> monotonic time until which a run is expected
         self._published: OrderedDict[str, int] = OrderedDict()  # response id -> last sequence number published
         self._checked: dict[str, tuple[float, int]] = {}  # response id -> (when, through which seq) storage was read
+        self._recent = RecentLogs()  # logs committed here from their first event, for reconnects
         self._lock = threading.Lock()
         self._max_pending_bytes = max_pending_bytes
 
@@ -121,6 +123,7 @@ class CommittedFeed:
                 self._published.move_to_end(response_id)
                 if len(self._published) > PUBLISHED_MEMORY:
                     self._published.popitem(last=False)
+                self._recent.add(response_id, block)
             subscribers = list(self._subscribers.get(response_id, ()))
         if not subscribers:
             return
@@ -150,6 +153,17 @@ class CommittedFeed:
                     self._active_writers.pop(response_id, None)
             if left <= 0:
                 self.publish(response_id, None)  # readers go back to polling storage at once
+
+    def recent(self, response_id: str, starting_after: int) -> CommittedBlock | None:
+        """The events after ``starting_after`` of a log committed in this process from its first event (a
+        true prefix of the stored log, see :mod:`resilient.storage.recent`), or None: read storage."""
+        with self._lock:
+            return self._recent.after(response_id, starting_after)
+
+    def forget_log(self, response_id: str) -> None:
+        """The log was deleted: never serve it from memory again."""
+        with self._lock:
+            self._recent.forget(response_id)
 
     def note_storage_read(self, response_id: str, at: float, through: int) -> None:
         """A reader of the response read its log from storage at monotonic time ``at``, up to sequence

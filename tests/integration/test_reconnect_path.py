@@ -1,5 +1,6 @@
 """A reconnect (``GET …?stream=true&starting_after=N``) reads the log while the row is checked: two storage
-calls before the first event, and none for a request that fails its checks before storage. Against Azurite."""
+calls before the first event, and none for a request that fails its checks before storage. In the process
+that wrote the log, the log comes from memory and only the row is read. Against Azurite."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from resilient.protocol.errors import ApiError
 from resilient.protocol.sse import parse_frame
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, build_storage
+from resilient.storage.feed import COMMITTED
 
 pytestmark = pytest.mark.azurite
 
@@ -47,7 +49,8 @@ def _calls(storage: Storage) -> int:
 async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storage: Storage,
                                                                          settings: Settings) -> None:
     rid = await _finished_run(storage, settings)
-    fresh = build_storage(storage.clients)  # a process that did not drive the run (no kept writer, no feed)
+    COMMITTED.forget_log(rid)  # as in a process that did not drive the run ...
+    fresh = build_storage(storage.clients)  # ... (no kept writer, no feed)
     service = ResponsesService(fresh, _Runtime(), settings)
     result = await service.retrieve(rid, {"stream": "true", "starting_after": "3"}, {})
     assert result.stream is not None
@@ -80,3 +83,41 @@ async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read
         await ResponsesService(fresh, _Runtime(), settings).retrieve(rid, {"stream": "true", "starting_after": "x"}, {})
     assert raised.value.status == 400 and raised.value.param == "starting_after"
     assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
+
+
+async def _reconnect(service: ResponsesService, rid: str, after: int) -> list[bytes]:
+    result = await service.retrieve(rid, {"stream": "true", "starting_after": str(after)}, {})
+    assert result.stream is not None
+    return b"".join([chunk async for chunk in result.stream]).split(b"\n\n")[:-1]
+
+
+async def test_a_reconnect_to_the_process_that_wrote_the_log_reads_only_the_row(storage: Storage,
+                                                                                settings: Settings) -> None:
+    rid = await _finished_run(storage, settings)
+    here = build_storage(storage.clients)  # same process: the feed remembers the log it published
+    from_memory = await _reconnect(ResponsesService(here, _Runtime(), settings), rid, 3)
+    assert here.responses.storage_calls == 1 and here.events.storage_calls == 0  # type: ignore[attr-defined]
+    COMMITTED.forget_log(rid)
+    elsewhere = build_storage(storage.clients)
+    from_storage = await _reconnect(ResponsesService(elsewhere, _Runtime(), settings), rid, 3)
+    assert elsewhere.events.storage_calls == 1  # type: ignore[attr-defined]
+    assert from_memory == from_storage  # byte for byte what storage holds
+    assert parse_frame(from_memory[0] + b"\n\n")[0] == 4
+
+
+async def test_a_log_remembered_here_is_not_served_once_its_response_is_deleted(storage: Storage,
+                                                                                settings: Settings) -> None:
+    deleted_elsewhere = await _finished_run(storage, settings)
+    deleted_here = await _finished_run(storage, settings)
+    other_process = ResponsesService(build_storage(storage.clients), _Runtime(), settings)
+    await storage.responses.delete(deleted_elsewhere)  # only the row: the log is still remembered here
+    assert COMMITTED.recent(deleted_elsewhere, -1) is not None
+    service = ResponsesService(build_storage(storage.clients), _Runtime(), settings)
+    with pytest.raises(ApiError) as raised:
+        await service.retrieve(deleted_elsewhere, {"stream": "true"}, {})
+    assert raised.value.status == 404  # the row is checked on every reconnect
+    assert (await service.delete(deleted_here)).status == 200
+    assert COMMITTED.recent(deleted_here, -1) is None
+    with pytest.raises(ApiError) as raised:
+        await other_process.retrieve(deleted_here, {"stream": "true"}, {})
+    assert raised.value.status == 404

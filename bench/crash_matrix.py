@@ -63,7 +63,7 @@ def _landing(run: Any, k: int) -> str:
     """Where the kill landed: the activity the host failed with the worker's exit (the orchestrator calls
     it again), or an orchestrator episode (the orchestration failed; the repair path restarted it), or
     nothing in flight; and the events appended after k before the recovery reset."""
-    failed = [name for name in ("plan_response", "run_phase", "finalize_response")
+    failed = [name for name in ("run_phase", "finalize_response")
               if run.delta("activity_failures_worker_exit", name) > 0]
     if run.delta_count("episodes_failed_worker_exit") > 0:
         failed.append("episode")

@@ -40,11 +40,12 @@ from tests.hostdouble.api import HostDouble  # noqa: E402
 IDLE_LEAF = re.compile(r"(\.select \(.*selectors\.py|Condition\.wait \(.*threading\.py|^sleep \(.*tasks\.py|"
                        r"_die_with_parent)")
 AREAS = (  # (label, pattern on the stack): the first that matches a sample's stack names its area
+    ("product: plan / finalize (in the first and last phase's activities, and as steps)",
+     r"(Engine\.plan|Engine\.finalize|mark_queued) \("),
     ("product: phase streaming (run_phase, appends, control reads)",
      r"(run_phase|Appender\._run|ControlPoller\._run) \("),
     ("product: create (POST /responses)", r"(create_response|TableResponseStore\.create|BlobEventLog\.create|"
                                           r"put_input_items) \("),
-    ("product: plan / finalize activities", r"(plan_response|finalize_response|mark_queued) \("),
     ("product: SSE tails (live streams, reconnects, GET)", r"(tail_events|get_response|_stream_then_forget) \("),
     ("Durable SDK (orchestrator and entity replay)", r"durable_functions/"),
     ("host double's worker endpoints, uvicorn, starlette", r"(hostdouble/|uvicorn/|starlette/|h11/)"),

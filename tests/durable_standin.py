@@ -331,11 +331,11 @@ class Durable:
 
     async def _run(self, name: str, rid: str, args: dict[str, Any]) -> Any:
         engine = self.engine
-        if name == orch.PLAN:
-            self.plan_order.append(rid)
-            return await engine.plan(rid)
         if name == orch.RUN_PHASE:
-            return await engine.run_phase(rid, int(args["index"]))
+            if args.get("plan"):
+                self.plan_order.append(rid)
+            return await engine.run_phase(rid, int(args["index"]), finalize=bool(args.get("finalize", False)),
+                                          plan=bool(args.get("plan", False)))
         if name == orch.FINALIZE:
             return await engine.finalize(rid, args)
         if name == orch.MARK_QUEUED:

@@ -233,8 +233,10 @@ class Engine:
         return {"queued": True}
 
     # ------------------------------------------------------------- run_phase
-    async def run_phase(self, response_id: str, index: int) -> JsonDict:
-        """Stream one phase into the event log and checkpoint its output item(s). Returns a small summary.
+    async def run_phase(self, response_id: str, index: int, *, finalize: bool = False,
+                        plan: bool = False) -> JsonDict:
+        """Stream one phase into the event log and checkpoint its output item(s). Returns a small summary
+        (with ``phases``: how many phases this turn's plan has).
 
         ``index`` counts the phases of this response; a turn that resumes a paused plan starts at the
         plan's ``phase_offset``, so the agent sees ``phase_offset + index``.
@@ -242,27 +244,50 @@ class Engine:
         A phase that stops for a cancel settles the cancel itself, right after its partial checkpoint:
         the ``cancelled`` status and the partial output become visible together, without waiting for
         the orchestrator to schedule ``finalize``.
+
+        ``plan`` (the first phase): run :meth:`plan` first, in the same activity. ``finalize``: when this is
+        the plan's last phase and it ends without a stop, conclude the run here as :meth:`finalize` with
+        ``completed`` would, and say so in the summary (``final``). Each saves the run a Durable hop (an
+        orchestrator episode and an activity). Both are idempotent, so a retry of this activity (its worker
+        died) plans and concludes again without effect, and finds the phase's checkpoint if it has one; a
+        conclusion that fails here is left to the orchestrator's own ``finalize`` step.
         """
         limit = self.settings.phase_deadline_seconds
         deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
         try:
-            summary = await self._run_phase(response_id, index, deadline)
+            if plan:
+                planned = await self.plan(response_id)
+                if planned.get("stop"):
+                    return {"index": index, **planned}
+            summary = await self._run_phase(response_id, index, deadline, planned_here=plan)
         except BaseException:
             COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise
         if summary.get("stop") == "cancelled":
             await self.settle_cancel(response_id)
+        elif finalize and not summary.get("stop") and summary.get("retry_after") is None \
+                and summary.get("phases") == index + 1:
+            try:
+                summary["final"] = await self.finalize(response_id, {"status": "completed"})
+            except Exception as exc:  # the orchestrator's finalize step (with its retries) does it instead
+                log.warning("finalize after the last phase failed: %s: %s", type(exc).__name__, exc,
+                            extra={"response_id": response_id, "phase": index})
         return summary
 
-    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
+    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None, *,
+                         planned_here: bool = False) -> JsonDict:
         storage = self.storage
         remembered = self._as_remembered(response_id, index)
         if remembered is not None:
-            # This process drove the run up to here: one control read; the claim's fenced append below
-            # proves nothing happened meanwhile (else it re-reads storage, as a re-delivery does).
+            # This process drove the run up to here: one control read (none right after the plan's CAS in
+            # this activity, which returned the row); the claim's fenced append below proves nothing
+            # happened to the log meanwhile (else it re-reads storage, as a re-delivery does).
             memo, writer = remembered
             record, checkpoints, request = memo.record, memo.checkpoints, memo.request
-            control = await storage.responses.get_control(response_id)
+            if planned_here:
+                control = Control(record.status, record.cancel_requested, record.pending_input_count)
+            else:
+                control = await storage.responses.get_control(response_id)
         else:
             record = await storage.responses.get(response_id)  # carries the control columns too
             control = Control(record.status, record.cancel_requested, record.pending_input_count)
@@ -273,9 +298,11 @@ class Engine:
         offset = int(record.doc.get("phase_offset", 0))
         if not 0 <= offset + index < len(plan):
             raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
+        phases = len(plan) - offset  # this turn's phases
 
         if len(checkpoints) > index:  # a re-delivery of a finished phase: return it, stream nothing
-            return self._summary(index, checkpoints[index:], control.cancel_requested, control.pending_input_count)
+            return self._summary(index, checkpoints[index:], control.cancel_requested, control.pending_input_count,
+                                 phases=phases)
         if control.status in TERMINAL_STATUSES or control.cancel_requested:
             return {"index": index, "stop": "cancelled"}
         if control.pending_input_count > 0:
@@ -287,7 +314,8 @@ class Engine:
             found = await behind_live_writer(storage.events, storage.items, response_id, index, writer,
                                              self.liveness, deadline)
             if isinstance(found, list):
-                return self._summary(index, found[index:], control.cancel_requested, control.pending_input_count)
+                return self._summary(index, found[index:], control.cancel_requested,
+                                     control.pending_input_count, phases=phases)
             if found is not writer:
                 writer = found
                 head, first_index, crashed = await self._head(record, writer, previous)
@@ -316,7 +344,8 @@ class Engine:
                 stopped, failure, overtime, appender = await self._stream(
                     response_id, claim, context, items, source, deadline)
             except _Superseded as done:
-                return self._summary(index, done.items, context.cancelled, context.pending_input_count)
+                return self._summary(index, done.items, context.cancelled, context.pending_input_count,
+                                     phases=phases)
             except Exception as exc:
                 log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
                             extra={"response_id": response_id, "phase": index})
@@ -349,7 +378,8 @@ class Engine:
             seconds = self.settings.phase_deadline_seconds or 0.0
             return {"index": index, "stop": "failed", "error": {
                 "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
-        return self._summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped)
+        return self._summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped,
+                             phases=phases)
 
     def _as_remembered(self, response_id: str, index: int) -> tuple[_RunMemo, EventWriter] | None:
         """What this process remembers of the run and its kept writer, when they agree that the log ends
@@ -428,7 +458,7 @@ class Engine:
 
     @staticmethod
     def _summary(index: int, items: Sequence[JsonDict], cancelled: bool, pending: int, *,
-                 stopped: bool | None = None) -> JsonDict:
+                 stopped: bool | None = None, phases: int | None = None) -> JsonDict:
         kinds = {item.get("type") for item in items}
         if stopped is None:
             stopped = bool(items) and items[-1].get("status") == "incomplete"
@@ -441,7 +471,10 @@ class Engine:
             stop = "cancelled"
         elif pending > 0 or stopped:
             stop = "steered"
-        return {"index": index, "stop": stop, "chars": sum(len(text_of(i)) for i in items)}
+        summary: JsonDict = {"index": index, "stop": stop, "chars": sum(len(text_of(i)) for i in items)}
+        if phases is not None:
+            summary["phases"] = phases
+        return summary
 
     async def _stream(
         self, response_id: str, claim: _Claim, context: PhaseContext, items: PhaseItems,

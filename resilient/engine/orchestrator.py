@@ -62,7 +62,6 @@ import azure.durable_functions as df
 
 from resilient.engine.failures import is_worker_lost, reason_line
 
-PLAN = "plan_response"
 RUN_PHASE = "run_phase"
 FINALIZE = "finalize_response"
 MARK_QUEUED = "mark_queued"
@@ -74,6 +73,7 @@ LOCK_GRANTED_EVENT = "lock_granted"
 CANCEL_EVENT = "cancel"
 CLIENT_DONE_EVENT = "client_done"
 FORGET_AFTER_KEY = "forget_after_seconds"  # in the input of a store=false run: the grace in seconds
+FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
@@ -193,9 +193,14 @@ class _Run:
             yield from self.try_call(WAKE_NEXT, {"response_id": str(next_id)}, FINALIZE_ATTEMPTS)
 
     def finalize(self, outcome: JsonDict) -> Generator[Any, Any, JsonDict]:
-        """Terminal status and event (idempotent). Never raises: the lock must be handed on regardless."""
+        """Terminal status and event (idempotent). Never raises: the lock must be handed on regardless.
+        An outcome that the last phase already concluded (``final``) needs no step of its own."""
         try:
-            final = yield from self.call(FINALIZE, {"response_id": self.response_id, **outcome}, FINALIZE_ATTEMPTS)
+            if isinstance(outcome.get(FINAL_KEY), dict):
+                final = outcome[FINAL_KEY]
+            else:
+                final = yield from self.call(FINALIZE, {"response_id": self.response_id, **outcome},
+                                             FINALIZE_ATTEMPTS)
         except Exception as error:  # storage gone for minutes: the repair path finishes it later
             final = {"status": "unfinalized", "error": reason_line(error)[:300]}
         final = final if isinstance(final, dict) else {}
@@ -255,10 +260,16 @@ class _Run:
         yield from self.wake(released)
         return False
 
-    def run_phase(self, index: int) -> Generator[Any, Any, JsonDict]:
+    def run_phase(self, index: int, *, plan: bool = False, last: bool = False) -> Generator[Any, Any, JsonDict]:
         """Run one phase; when it answers ``retry_after``, wait on a durable timer and run it again, within
-        the per-phase wait budget (then it is a failure carrying the phase's error)."""
-        payload = {"response_id": self.response_id, "index": index}
+        the per-phase wait budget (then it is a failure carrying the phase's error). The first phase plans
+        the turn first (``plan``); the last one, or the first while the count is unknown, is asked to conclude
+        the run itself when it ends without a stop (its result then carries ``final``)."""
+        payload: JsonDict = {"response_id": self.response_id, "index": index}
+        if plan:
+            payload["plan"] = True
+        if last or plan:
+            payload["finalize"] = True
         waited = 0.0
         while True:
             result: JsonDict = yield from self.call(RUN_PHASE, payload, PHASE_ATTEMPTS, run_budget=True)
@@ -274,22 +285,26 @@ class _Run:
             waited += wait
 
     def work(self) -> Generator[Any, Any, JsonDict]:
-        """Plan, then run each phase. Never raises: a failure becomes a ``failed`` outcome."""
+        """Plan (in the first phase's activity), then run each phase. Never raises: a failure becomes a
+        ``failed`` outcome."""
         rid = self.response_id
         try:
-            plan = yield from self.call(PLAN, {"response_id": rid}, PHASE_ATTEMPTS, run_budget=True)
-            if plan.get("stop"):
-                return outcome_of_stop(plan)
-            phases = int(plan["phases"])
-            for index in range(phases):
+            self.context.set_custom_status({"response_id": rid, "phase": 0})
+            result = yield from self.run_phase(0, plan=True)
+            if result.get("stop"):
+                return outcome_of_stop(result)
+            phases = int(result["phases"])
+            for index in range(1, phases):
                 self.context.set_custom_status({"response_id": rid, "phase": index, "phases": phases})
-                result = yield from self.run_phase(index)
+                result = yield from self.run_phase(index, last=index == phases - 1)
                 if result.get("stop"):
                     return outcome_of_stop(result)
         except WorkerLost as error:
             return _failure(str(error))
         except Exception as error:  # an activity failed after its retries
             return _failure(f"phase failed: {reason_line(error)}")
+        if isinstance(result.get("final"), dict):
+            return {"status": "completed", FINAL_KEY: result["final"]}
         return {"status": "completed"}
 
 

@@ -35,15 +35,12 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
     def responses_orchestrator(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
         return (yield from orchestrator.response_orchestrator(context))
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.PLAN)
-    async def plan_response(payload: Any) -> dict[str, Any]:
-        args = _args(payload)
-        return await (await runtime.engine()).plan(str(args["response_id"]))
-
     @bp.activity_trigger(input_name="payload", activity=orchestrator.RUN_PHASE)
     async def run_phase(payload: Any) -> dict[str, Any]:
         args = _args(payload)
-        return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]))
+        return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]),
+                                                        finalize=bool(args.get("finalize", False)),
+                                                        plan=bool(args.get("plan", False)))
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.FINALIZE)
     async def finalize_response(payload: Any) -> dict[str, Any]:

@@ -217,11 +217,21 @@ async def test_a_missing_orchestration_waits_out_its_grace_period_then_starts(ri
     _check_log(await _events(rig.storage, rid))
 
 
-async def test_an_orchestration_that_completed_without_finalizing_is_restarted(rig: Rig) -> None:
-    """finalize kept failing for minutes: the orchestration returned ``unfinalized``, the row is active."""
+async def test_an_orchestration_that_completed_without_finalizing_is_restarted(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """finalize kept failing for minutes (in the last phase, then in the finalize step): the orchestration
+    returned ``unfinalized``, the row is active."""
+    engine = rig.durable.engine
+    concluding = engine.finalize
+
+    async def unavailable(response_id: str, outcome: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionError("storage unavailable")
+
+    monkeypatch.setattr(engine, "finalize", unavailable)  # the last phase cannot conclude the run
     rid = await _create(rig, phases=1, delay_ms=0)
     rig.durable.inject[(rid, orch.FINALIZE)] = [Injected("storage unavailable")] * orch.FINALIZE_ATTEMPTS
     output = await rig.durable.wait(rid, WAIT_S)
+    monkeypatch.setattr(engine, "finalize", concluding)
     assert output["status"] == "unfinalized"
     assert (await rig.storage.responses.get_control(rid)).status == "in_progress"
     assert await rig.durable.status(rid) == "Completed"

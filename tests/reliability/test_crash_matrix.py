@@ -9,8 +9,9 @@ items on a recovery reset, R4) gets exactly ``GET /responses/{id}``'s output. CI
 over the run, and one after the terminal event; ``bench/crash_matrix.py`` tries every event index.
 
 Plus: two kills in one run (the second one lands inside the recovered phase, through the app's own
-``POST /ops/crash``), and a kill inside ``finalize_response`` (storage slowed through the test proxy so
-finalize takes ≥ 1 s, the worker killed as soon as the host double shows finalize in flight).
+``POST /ops/crash``), and a kill inside the run's conclusion (the last phase's activity concludes the run
+after its checkpoint: storage slowed through the test proxy so that takes ≥ 1 s, the worker killed as soon
+as the app logs the checkpoint).
 
 And the faults the real host handles differently from a failed activity (tests/hostdouble/README.md):
 a kill during an orchestrator episode (the orchestration is Failed for good; the app's repair path,
@@ -122,17 +123,18 @@ def test_two_kills_one_inside_the_recovered_phase(client: OpenAI, double: HostDo
     assert len(resets) == 2, "each crash inside a phase shows as one recovery reset"
 
 
-def _wait_in_flight(double: HostDouble, instance_id: str, activity: str, timeout: float) -> bool:
+def _wait_logged(double: HostDouble, pattern: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        flights = double.stats()["in_flight_activities"]
-        if any(f["instance_id"] == instance_id and f["name"] == activity for f in flights):
+        if re.search(pattern, double.log()):
             return True
-        time.sleep(0.005)
+        time.sleep(0.01)
     return False
 
 
 def test_kill_inside_finalize(client: OpenAI, double: HostDouble, clean: list[Any], proxy: TcpProxy) -> None:
+    """The last phase concludes the run in its own activity, after its checkpoint: a kill there re-delivers
+    that activity, which finds the checkpoint (no phase re-runs) and concludes once."""
     before = double.stats()
     stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
                                      metadata=knobs(PHASES, WORDS, DELAY_MS))
@@ -141,7 +143,8 @@ def test_kill_inside_finalize(client: OpenAI, double: HostDouble, clean: list[An
                                and e.output_index == PHASES - 1)
         response_id = first[0].response.id
         proxy.latency = FINALIZE_LATENCY_S  # from here on every storage request waits; finalize is slow
-        assert _wait_in_flight(double, response_id, "finalize_response", timeout=40), "finalize never ran"
+        checkpointed = rf"phase done \| response_id={response_id} phase={PHASES - 1} "
+        assert _wait_logged(double, checkpointed, timeout=40), "the last phase never checkpointed"
         seen_at = time.monotonic()
         restarts = double.stats()["worker_restarts"]
         double.kill_worker()
@@ -163,10 +166,12 @@ def test_kill_inside_finalize(client: OpenAI, double: HostDouble, clean: list[An
         return {name: after[counter].get(name, 0) - before[counter].get(name, 0)
                 for name in ("run_phase", "finalize_response")}
 
-    # the host failed the killed finalize (worker exit); the orchestrator called it again; no phase re-ran
-    assert delta("activity_failures_worker_exit") == {"run_phase": 0, "finalize_response": 1}
-    assert delta("activity_deliveries") == {"run_phase": PHASES, "finalize_response": 2}
+    # the host failed the killed last phase (worker exit) after its checkpoint; the orchestrator called it
+    # again, and that delivery found the checkpoint and concluded; no phase re-streamed
+    assert delta("activity_failures_worker_exit") == {"run_phase": 1, "finalize_response": 0}
+    assert delta("activity_deliveries") == {"run_phase": PHASES + 1, "finalize_response": 0}
     assert delta("activity_redeliveries") == {"run_phase": 0, "finalize_response": 0}
+    assert len(re.findall(rf"phase done \| response_id={response_id} ", double.log())) == PHASES
     final = client.responses.retrieve(response_id)
     assert final.status == "completed"
     assert texts(final.output) == texts(clean[-1].response.output)

@@ -83,8 +83,10 @@ class RacingEngine(Engine):
     async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
         return await self._raced((response_id, "finalize"), super().finalize(response_id, outcome))
 
-    async def run_phase(self, response_id: str, index: int) -> JsonDict:
-        return await self._raced((response_id, f"run_phase:{index}"), super().run_phase(response_id, index))
+    async def run_phase(self, response_id: str, index: int, **flags: bool) -> JsonDict:
+        # the first phase also plans, the last one concludes through ``finalize`` above (its race point)
+        return await self._raced((response_id, f"run_phase:{index}"),
+                                 super().run_phase(response_id, index, **flags))
 
 
 class HoldableEvents:

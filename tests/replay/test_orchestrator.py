@@ -44,11 +44,9 @@ def happy(phases: int, stop_at: int | None = None, stop: str = "cancelled") -> A
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         if kind == ActionType.CALL_ACTIVITY:
             name, args = _activity(action)
-            if name == "plan_response":
-                return ("ok", {"phases": phases})
-            if name == "run_phase":
+            if name == "run_phase":  # the first one plans too: every summary says how many phases there are
                 hit = stop_at is not None and args["index"] == stop_at
-                return ("ok", {"index": args["index"], "stop": stop if hit else None})
+                return ("ok", {"index": args["index"], "stop": stop if hit else None, "phases": phases})
             if name == "finalize_response":
                 return ("ok", {"status": args["status"]})
         if kind == ActionType.CREATE_TIMER:
@@ -58,49 +56,88 @@ def happy(phases: int, stop_at: int | None = None, stop: str = "cancelled") -> A
     return respond
 
 
-def test_first_episode_schedules_only_the_plan(handle: Any) -> None:
+def test_first_episode_schedules_only_the_first_phase_which_plans(handle: Any) -> None:
     episode = Replay(handle, {"response_id": RID}).run()
     assert not episode.is_done
     assert len(episode.new_actions) == 1
-    assert _activity(episode.new_actions[0]) == ("plan_response", {"response_id": RID})
+    assert _activity(episode.new_actions[0]) == ("run_phase", {"response_id": RID, "index": 0, "plan": True,
+                                                               "finalize": True})
 
 
 def test_each_phase_runs_once_then_finalize(handle: Any) -> None:
     replay = Replay(handle, {"response_id": RID})
     episode = drive(replay, happy(3))
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "run_phase:1", "run_phase:2",
-                                       "finalize_response"]
+    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "run_phase:2", "finalize_response"]
     assert episode.output == {"status": "completed"}
     finalize = _activity(episode.actions[-1])[1]
     assert finalize == {"response_id": RID, "status": "completed"}
     assert episode.custom_status == {"response_id": RID, "status": "completed"}
 
 
+def test_only_the_last_phase_is_asked_to_conclude_the_run(handle: Any) -> None:
+    episode = drive(Replay(handle, {"response_id": RID}), happy(3))
+    phases = [_activity(a)[1] for a in episode.actions if _activity(a)[0] == "run_phase"]
+    assert phases == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},  # the count is not known
+                      {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
+
+
+def test_a_last_phase_that_concluded_the_run_saves_the_finalize_step(handle: Any) -> None:
+    def concluded(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "run_phase":
+            args = _activity(action)[1]
+            final = {"final": {"status": "completed"}} if args["index"] == 2 else {}
+            return ("ok", {"index": args["index"], "stop": None, "phases": 3, **final})
+        return happy(3)(kind, action, position)
+
+    episode = drive(Replay(handle, {"response_id": RID}), concluded)
+    assert episode.is_done and episode.error is None
+    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "run_phase:2"]
+    assert episode.output == {"status": "completed"}
+    assert episode.custom_status == {"response_id": RID, "status": "completed"}
+
+
+def test_a_one_phase_plan_is_planned_run_and_concluded_by_one_activity(handle: Any) -> None:
+    def one(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "run_phase":
+            return ("ok", {"index": 0, "stop": None, "phases": 1, "final": {"status": "completed"}})
+        raise AssertionError(f"unexpected action {action}")
+
+    episode = drive(Replay(handle, {"response_id": RID}), one)
+    assert episode.is_done and _names(episode.actions) == ["run_phase:0"]
+    assert episode.output == {"status": "completed"}
+
+
+def test_a_last_phase_that_could_not_conclude_leaves_it_to_the_finalize_step(handle: Any) -> None:
+    """The activity's own conclusion failed (it says nothing of ``final``): finalize runs as before."""
+    episode = drive(Replay(handle, {"response_id": RID}), happy(2))
+    assert _names(episode.actions)[-2:] == ["run_phase:1", "finalize_response"]
+    assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed"}
+
+
 def test_custom_status_names_the_running_phase(handle: Any) -> None:
     replay = Replay(handle, {"response_id": RID})
     first = replay.run()
-    replay.complete(0, {"phases": 4})
+    assert _names(first.new_actions) == ["run_phase:0"]
+    assert first.custom_status == {"response_id": RID, "phase": 0}  # planned by this phase: count not known yet
+    replay.complete(0, {"index": 0, "stop": None, "phases": 4})
     second = replay.run()
-    assert _names(second.new_actions) == ["run_phase:0"]
-    assert second.custom_status == {"response_id": RID, "phase": 0, "phases": 4}
-    assert first.custom_status is None
+    assert _names(second.new_actions) == ["run_phase:1"]
+    assert second.custom_status == {"response_id": RID, "phase": 1, "phases": 4}
 
 
 def test_crash_with_activity_in_flight_waits_instead_of_rescheduling(handle: Any) -> None:
     """A worker restart replays the orchestrator with no new result: it must not schedule phase 1 again."""
     replay = Replay(handle, {"response_id": RID})
-    replay.run()
-    replay.complete(0, {"phases": 3})
-    replay.run()  # schedules run_phase 0
-    replay.complete(1, {"index": 0, "stop": None})
+    replay.run()  # schedules run_phase 0 (which plans)
+    replay.complete(0, {"index": 0, "stop": None, "phases": 3})
     scheduled = replay.run()  # schedules run_phase 1, then the worker "dies"
     assert _names(scheduled.new_actions) == ["run_phase:1"]
     for _ in range(3):  # replays after restarts: nothing new
         again = replay.run()
         assert again.new_actions == [] and not again.is_done
     # The re-delivered activity completes: the orchestration goes on with phase 2.
-    replay.complete(2, {"index": 1, "stop": None})
+    replay.complete(1, {"index": 1, "stop": None, "phases": 3})
     after = replay.run()
     assert _names(after.new_actions) == ["run_phase:2"]
     assert _names(after.actions).count("run_phase:1") == 1
@@ -108,7 +145,7 @@ def test_crash_with_activity_in_flight_waits_instead_of_rescheduling(handle: Any
 
 def test_cancelled_phase_stops_the_plan_and_finalizes_cancelled(handle: Any) -> None:
     episode = drive(Replay(handle, {"response_id": RID}), happy(4, stop_at=1, stop="cancelled"))
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response"]
+    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
     assert _activity(episode.actions[-1])[1]["status"] == "cancelled"
     assert episode.output == {"status": "cancelled"}
 
@@ -122,10 +159,10 @@ def test_steered_phase_completes_early(handle: Any) -> None:
 def test_plan_that_finds_a_cancelled_response_goes_straight_to_finalize(handle: Any) -> None:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         name, args = _activity(action)
-        return ("ok", {"stop": "cancelled"} if name == "plan_response" else {"status": args["status"]})
+        return ("ok", {"index": 0, "stop": "cancelled"} if name == "run_phase" else {"status": args["status"]})
 
     episode = drive(Replay(handle, {"response_id": RID}), respond)
-    assert _names(episode.actions) == ["plan_response", "finalize_response"]
+    assert _names(episode.actions) == ["run_phase:0", "finalize_response"]
     assert episode.output == {"status": "cancelled"}
 
 
@@ -139,8 +176,7 @@ def test_transient_failure_is_retried_after_a_durable_timer(handle: Any) -> None
         return happy(2)(kind, action, position)
 
     episode = drive(Replay(handle, {"response_id": RID}), respond)
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "timer", "run_phase:0", "run_phase:1",
-                                       "finalize_response"]
+    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "run_phase:1", "finalize_response"]
     assert episode.output == {"status": "completed"}
 
 
@@ -162,7 +198,7 @@ def test_activity_failing_every_attempt_finalizes_failed(handle: Any) -> None:
 def test_long_plan_replays_deterministically(handle: Any) -> None:
     runs = [drive(Replay(handle, {"response_id": RID}), happy(20)) for _ in range(2)]
     assert runs[0].actions == runs[1].actions
-    assert _names(runs[0].actions)[1:21] == [f"run_phase:{i}" for i in range(20)]
+    assert _names(runs[0].actions)[:20] == [f"run_phase:{i}" for i in range(20)]
     # History stays small: a handful of records per phase and no payloads beyond ids and indexes.
     replay = Replay(handle, {"response_id": RID})
     drive(replay, happy(20))
@@ -197,8 +233,8 @@ def _locked(answer: dict[str, Any], later: list[tuple[str, Any]] | None = None) 
 def test_chain_turn_acquires_runs_releases_and_wakes_the_next(handle: Any) -> None:
     replay = Replay(handle, {"response_id": RID, "chain_id": "conv_chain"})
     episode = drive(replay, _locked({"state": "granted"}))
-    assert _names(episode.actions) == ["entity:acquire", "plan_response", "run_phase:0", "run_phase:1",
-                                       "finalize_response", "entity:release", "wake_next_turn"]
+    assert _names(episode.actions) == ["entity:acquire", "run_phase:0", "run_phase:1", "finalize_response",
+                                       "entity:release", "wake_next_turn"]
     assert _activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
     assert episode.actions[0]["instanceId"] == "@chain_lock@conv_chain"
 
@@ -213,8 +249,8 @@ def test_queued_turn_waits_for_the_grant_then_runs(handle: Any) -> None:
     replay.raise_event("lock_granted", {"granted": True})
     done = drive(replay, _locked({"state": "queued"}))
     assert done.is_done
-    assert _names(done.actions)[5:] == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response",
-                                        "entity:release", "wake_next_turn"]
+    assert _names(done.actions)[5:] == ["run_phase:0", "run_phase:1", "finalize_response", "entity:release",
+                                        "wake_next_turn"]
     assert done.actions[4]["isCanceled"] is True  # the grant won: its recheck timer is cancelled
 
 
@@ -226,13 +262,13 @@ def test_queued_turn_cancelled_leaves_the_queue_without_running(handle: Any) -> 
     assert done.is_done
     names = _names(done.actions)
     assert names[5:] == ["entity:remove", "finalize_response"]
-    assert "plan_response" not in names and "entity:release" not in names
+    assert "run_phase:0" not in names and "entity:release" not in names
     assert _activity(done.actions[-1])[1]["status"] == "cancelled"
 
 
 def test_lock_is_released_even_when_the_run_fails(handle: Any) -> None:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ActionType.CALL_ACTIVITY and _activity(action)[0] == "plan_response":
+        if kind == ActionType.CALL_ACTIVITY and _activity(action)[1].get("plan"):
             return ("fail", "planner down")
         return _locked({"state": "granted"})(kind, action, position)
 

@@ -96,10 +96,8 @@ class Script:
         pending = self.failures.get(key) or self.failures.get(name)
         if pending:
             return ("fail", pending.pop(0).format(name=name))
-        if name == "plan_response":
-            return ("ok", {"phases": self.phases})
-        if name == "run_phase":
-            return ("ok", {"index": args["index"], "stop": None})
+        if name == "run_phase":  # the first one plans too: every summary says how many phases there are
+            return ("ok", {"index": args["index"], "stop": None, "phases": self.phases})
         if name == "finalize_response":
             return ("ok", {"status": args["status"]})
         if name == "inspect_response":
@@ -114,7 +112,7 @@ def test_worker_exit_is_retried_after_a_crash_timer_without_spending_attempts(ha
     episode = drive(replay, script)
     assert episode.is_done and episode.error is None
     # Four worker exits, more than the 3 ordinary attempts: each waits a crash timer, none is an attempt.
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "timer", "run_phase:0", "timer",
+    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
                                        "run_phase:0", "timer", "run_phase:0", "timer", "run_phase:0",
                                        "run_phase:1", "finalize_response"]
     assert replay.timer_delays() == [3.0, 6.0, 12.0, 24.0]
@@ -126,25 +124,23 @@ def test_three_worker_crashes_inside_one_phase_still_complete_the_run(handle: An
     script = Script(phases=3, failures={"run_phase:1": [WORKER_EXIT] * 3})
     episode = drive(Replay(handle, {"response_id": RID}), script)
     assert episode.output == {"status": "completed"}
-    assert script.calls == {"plan_response": 1, "run_phase:0": 1, "run_phase:1": 4, "run_phase:2": 1,
+    assert script.calls == {"run_phase:0": 1, "run_phase:1": 4, "run_phase:2": 1,
                             "finalize_response": 1}
 
 
 def test_details_naming_the_worker_exit_exception_count_as_a_crash(handle: Any) -> None:
     """The reason line may not carry the exit code; the details name WorkerProcessExitException."""
     replay = Replay(handle, {"response_id": RID})
-    replay.run()
-    replay.complete(0, {"phases": 1})
-    replay.run()
+    replay.run()  # run_phase 0, which plans
     for attempt in range(4):  # more than the ordinary attempts
-        replay.fail(1 + 2 * attempt, reason="Activity function 'run_phase' failed: worker gone",
+        replay.fail(2 * attempt, reason="Activity function 'run_phase' failed: worker gone",
                     details="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited")
         timer = replay.run()
         assert _names(timer.new_actions) == ["timer"]
-        replay.fire_timer(2 + 2 * attempt, timer.new_actions[0]["fireAt"])
+        replay.fire_timer(1 + 2 * attempt, timer.new_actions[0]["fireAt"])
         again = replay.run()
         assert _names(again.new_actions) == ["run_phase:0"]
-    replay.complete(9, {"index": 0, "stop": None})
+    replay.complete(8, {"index": 0, "stop": None, "phases": 1})
     assert _names(replay.run().new_actions) == ["finalize_response"]
 
 
@@ -203,11 +199,11 @@ def test_ordinary_failures_keep_their_own_attempts_between_crashes(handle: Any) 
     assert "boom" in _finalize_args(episode.actions)["error"]["message"]
 
 
-def test_plan_and_finalize_are_retried_after_worker_exits_too(handle: Any) -> None:
-    script = Script(phases=1, failures={"plan_response": [WORKER_EXIT] * 2,
+def test_the_planning_phase_and_finalize_are_retried_after_worker_exits_too(handle: Any) -> None:
+    script = Script(phases=1, failures={"run_phase:0": [WORKER_EXIT] * 2,
                                         "finalize_response": [WORKER_EXIT] * 4})
     episode = drive(Replay(handle, {"response_id": RID}), script)
-    assert script.calls == {"plan_response": 3, "run_phase:0": 1, "finalize_response": 5}
+    assert script.calls == {"run_phase:0": 3, "finalize_response": 5}
     assert episode.output == {"status": "completed"}
 
 
@@ -249,7 +245,7 @@ def test_failing_acquire_ends_the_turn_failed_and_leaves_the_chain(handle: Any) 
     assert episode.is_done and episode.error is None
     names = _names(episode.actions)
     assert names.count("entity:acquire") == orch.ENTITY_ATTEMPTS
-    assert "plan_response" not in names
+    assert "run_phase:0" not in names
     assert names[-3:] == ["finalize_response", "entity:remove", "wake_next_turn"]
     assert _finalize_args(episode.actions)["status"] == "failed"
 
@@ -274,7 +270,7 @@ def test_recheck_heals_a_grant_whose_event_was_lost(handle: Any) -> None:
     assert episode.output == {"status": "completed"}
     names = _names(episode.actions)
     assert names[:7] == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel", "timer",
-                         "entity:acquire", "plan_response"]
+                         "entity:acquire", "run_phase:0"]
     assert replay.timer_delays()[0] == orch.LOCK_RECHECK_SECONDS[0]
 
 
@@ -289,7 +285,7 @@ def test_recheck_releases_a_lock_held_by_a_turn_whose_run_is_over(handle: Any) -
     assert names[4:8] == ["timer", "entity:acquire", "inspect_response", "entity:release"]
     assert _activity(episode.actions[6])[1] == {"response_id": "resp_old"}
     assert script.entity_inputs[2] == ("release", {"response_id": "resp_old"})
-    assert names[8] == "plan_response"
+    assert names[8] == "run_phase:0"
     assert script.entity_inputs[-1] == ("release", {"response_id": RID})
 
 
@@ -357,13 +353,13 @@ def test_a_grant_and_the_recheck_timer_landing_in_one_episode_do_not_fail_the_or
         replay.raise_event("lock_granted", {"granted": True})
     after = replay.run()
     assert after.error is None and not after.is_done
-    assert _names(after.new_actions) == (["plan_response"] if grant_first else ["entity:acquire"])
+    assert _names(after.new_actions) == (["run_phase:0"] if grant_first else ["entity:acquire"])
 
 
 # ---------------------------------------------------------------------------------- repair executions
 def test_repair_execution_first_inspects_then_resumes_from_the_checkpoints(handle: Any) -> None:
-    """The new execution's first episode asks only for inspect; the plan and phases follow (the activities
-    return checkpointed phases without streaming them again)."""
+    """The new execution's first episode asks only for inspect; the phases follow, the first planning again
+    (the activities return the stored plan and checkpointed phases without streaming them again)."""
     replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1})
     first = replay.run()
     assert _names(first.new_actions) == ["inspect_response"]
@@ -374,9 +370,8 @@ def test_repair_execution_first_inspects_then_resumes_from_the_checkpoints(handl
                                       "release": {"released": True, "next": "resp_next"}})
     replay.entity_result(1, {"state": "granted"})  # acquire is idempotent for the holder: granted again
     done = drive(replay, script)
-    assert _names(done.actions) == ["inspect_response", "entity:acquire", "plan_response", "run_phase:0",
-                                    "run_phase:1", "run_phase:2", "finalize_response", "entity:release",
-                                    "wake_next_turn"]
+    assert _names(done.actions) == ["inspect_response", "entity:acquire", "run_phase:0", "run_phase:1",
+                                    "run_phase:2", "finalize_response", "entity:release", "wake_next_turn"]
     assert _activity(done.actions[-1])[1] == {"response_id": "resp_next"}  # the lock is handed on
     assert done.output == {"status": "completed"}
 
@@ -409,7 +404,7 @@ def test_repair_whose_inspect_fails_takes_the_normal_path(handle: Any) -> None:
     script = Script(phases=1, failures={"inspect_response": ["storage unavailable"] * 5})
     episode = drive(Replay(handle, {"response_id": RID, "repair": 1}), script)
     assert script.calls["inspect_response"] == orch.STEP_ATTEMPTS
-    assert _names(episode.actions)[-3:] == ["plan_response", "run_phase:0", "finalize_response"]
+    assert _names(episode.actions)[-2:] == ["run_phase:0", "finalize_response"]
     assert episode.output == {"status": "completed"}
 
 

@@ -65,14 +65,12 @@ def script(phases: int, answers: dict[int, list[dict[str, Any]]]) -> Any:
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         if kind == ActionType.CALL_ACTIVITY:
             name, args = _activity(action)
-            if name == "plan_response":
-                return ("ok", {"phases": phases})
-            if name == "run_phase":
+            if name == "run_phase":  # the first one plans too: its summaries say how many phases there are
                 index = args["index"]
                 seen = calls.get(index, 0)
                 calls[index] = seen + 1
                 options = answers.get(index) or [{"index": index, "stop": None}]
-                return ("ok", options[min(seen, len(options) - 1)])
+                return ("ok", {"phases": phases, **options[min(seen, len(options) - 1)]})
             if name == "finalize_response":
                 return ("ok", {"status": args["status"]})
         if kind == ActionType.CREATE_TIMER:
@@ -86,7 +84,7 @@ def script(phases: int, answers: dict[int, list[dict[str, Any]]]) -> Any:
 def test_a_turn_ending_in_calls_or_approval_completes_without_further_phases(handle: Any, reason: str) -> None:
     episode = drive(Replay(handle, {"response_id": RID}), script(4, {1: [{"index": 1, "stop": reason}]}))
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response"]
+    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
     assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed", "ended": reason}
 
 
@@ -95,7 +93,7 @@ def test_retry_after_waits_that_long_on_a_durable_timer_then_runs_the_phase_agai
     replay = Replay(handle, {"response_id": RID})
     episode = drive(replay, script(2, answers))
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "timer", "run_phase:0", "run_phase:1",
+    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "run_phase:1",
                                        "finalize_response"]
     assert _timer_waits(replay) == [30.0]
     assert _activity(episode.actions[-1])[1]["status"] == "completed"
@@ -110,7 +108,7 @@ def test_retry_after_is_capped_per_wait_and_bounded_per_phase(handle: Any) -> No
     assert episode.is_done and episode.error is None
     waits = int(orch.MODEL_WAIT_BUDGET_SECONDS // orch.MODEL_WAIT_CAP_SECONDS)
     assert waits >= 2 and _timer_waits(replay) == [orch.MODEL_WAIT_CAP_SECONDS] * waits
-    assert _names(episode.actions) == (["plan_response"] + ["run_phase:0", "timer"] * waits
+    assert _names(episode.actions) == (["run_phase:0", "timer"] * waits
                                        + ["run_phase:0", "finalize_response"])
     assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "failed", "error": RATE_LIMITED}
 
@@ -119,7 +117,7 @@ def test_a_tiny_retry_after_still_waits_the_minimum(handle: Any) -> None:
     answers = {0: [{"index": 0, "retry_after": 0, "error": RATE_LIMITED}] * 2 + [{"index": 0, "stop": None}]}
     replay = Replay(handle, {"response_id": RID})
     episode = drive(replay, script(1, answers))
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "timer", "run_phase:0", "timer",
+    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
                                        "run_phase:0", "finalize_response"]
     assert _timer_waits(replay) == [orch.MODEL_WAIT_MIN_SECONDS] * 2
 
@@ -128,5 +126,5 @@ def test_a_permanent_agent_error_fails_at_once_with_its_message(handle: Any) -> 
     denied = {"code": "server_error", "message": "Error code: 401 - Access denied due to invalid key."}
     answers = {1: [{"index": 1, "stop": "failed", "error": denied}]}
     episode = drive(Replay(handle, {"response_id": RID}), script(3, answers))
-    assert _names(episode.actions) == ["plan_response", "run_phase:0", "run_phase:1", "finalize_response"]
+    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
     assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "failed", "error": denied}

@@ -35,16 +35,14 @@ def _name(action: dict[str, Any]) -> str:
 
 
 def _run(finalize_fails: bool = False) -> Any:
-    """Answers plan/run_phase/finalize/forget; leaves timers and waits pending (the test decides)."""
+    """Answers run_phase/finalize/forget; leaves timers and waits pending (the test decides)."""
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         if kind != ActionType.CALL_ACTIVITY:
             return None
         name, args = action["functionName"], json.loads(action["input"])
-        if name == "plan_response":
-            return ("ok", {"phases": 2})
-        if name == "run_phase":
-            return ("ok", {"index": args["index"], "stop": None})
+        if name == "run_phase":  # the first one plans too
+            return ("ok", {"index": args["index"], "stop": None, "phases": 2})
         if name == "finalize_response":
             return ("fail", "storage down") if finalize_fails else ("ok", {"status": args["status"]})
         if name == "forget_response":
@@ -75,7 +73,7 @@ def test_store_false_run_waits_for_its_client_then_forgets(handle: Any) -> None:
     waiting = drive(replay, _run())
     assert not waiting.is_done
     names = [_name(a) for a in waiting.actions]
-    assert names == ["plan_response", "run_phase", "run_phase", "finalize_response", "wait:client_done", "timer"]
+    assert names == ["run_phase", "run_phase", "finalize_response", "wait:client_done", "timer"]
     started = max(datetime.fromisoformat(e["Timestamp"].replace("Z", "+00:00")) for e in replay.history
                   if e["EventType"] == 12)
     assert _fire_at(waiting.actions[-1]) - started == timedelta(seconds=GRACE)
@@ -107,8 +105,8 @@ def test_client_done_before_the_run_ended_is_kept_until_the_end(handle: Any) -> 
     replay = Replay(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
                     instance_id=RID)
     first = replay.run()
-    assert [_name(a) for a in first.new_actions] == ["plan_response"]
-    replay.complete(0, {"phases": 2})
+    assert [_name(a) for a in first.new_actions] == ["run_phase"]
+    replay.complete(0, {"index": 0, "stop": None, "phases": 2})
     replay.raise_event("client_done", {"delivered": False})
     done = drive(replay, _run())
     assert done.is_done

@@ -101,7 +101,7 @@ def test_crash_endpoint_is_admin_only(indexed: dict[str, dict[str, Any]]) -> Non
 def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) -> None:
     (orch,) = _by_type(indexed["responses_orchestrator"], "orchestrationTrigger")
     assert orch["name"] == "context"
-    for activity in ("plan_response", "run_phase", "finalize_response", "mark_queued", "wake_next_turn",
+    for activity in ("run_phase", "finalize_response", "mark_queued", "wake_next_turn",
                      "inspect_response", "forget_response"):
         (trigger,) = _by_type(indexed[activity], "activityTrigger")
         assert trigger["name"] == "payload"
@@ -113,7 +113,7 @@ def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) ->
 
 
 def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
-    expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "plan_response", "run_phase",
+    expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "run_phase",
                                    "finalize_response", "mark_queued", "wake_next_turn", "inspect_response",
                                    "forget_response", "chain_lock", "__http_v2__"}
     assert set(indexed) == expected | {"cleanup_expired", "repair_stuck_runs"}

@@ -1,0 +1,74 @@
+"""The plan's last phase concludes the run itself (one Durable hop fewer), idempotently, and leaves it to the
+orchestrator's finalize step when it cannot. Against Azurite, through the engine the activities call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from resilient.agents.research import ResearchAgent
+from resilient.engine.activities import Engine
+from resilient.http.service import ResponsesService
+from resilient.settings import Settings
+from resilient.storage.factory import Storage, build_storage
+from resilient.storage.feed import COMMITTED
+
+pytestmark = pytest.mark.azurite
+
+
+class _Runtime:
+    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
+        return None
+
+    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
+        return None
+
+
+async def _planned(storage: Storage, settings: Settings, phases: int = 2) -> tuple[str, Engine]:
+    body = {"model": "m", "input": "Conclude, please.", "background": True,
+            "metadata": {"research_phases": str(phases), "words_per_phase": "4", "delta_delay_ms": "0"}}
+    created = await ResponsesService(storage, _Runtime(), settings).create(json.dumps(body).encode())
+    rid = str(created.body["id"])
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    assert (await engine.plan(rid))["phases"] == phases
+    return rid, engine
+
+
+async def _kinds(storage: Storage, rid: str) -> list[str]:
+    COMMITTED.forget_log(rid)  # read what storage holds
+    return [event.type for event in (await storage.events.read_after(rid, -1)).events]
+
+
+async def test_the_last_phase_ends_the_run_with_one_terminal_event_even_when_delivered_twice(
+        storage: Storage, settings: Settings) -> None:
+    rid, engine = await _planned(storage, settings)
+    assert "final" not in await engine.run_phase(rid, 0)  # not the last phase: nothing concluded
+    assert (await storage.responses.get(rid)).status == "in_progress"
+    summary = await engine.run_phase(rid, 1, finalize=True)
+    assert summary["final"] == {"status": "completed"} and summary["stop"] is None
+    assert (await storage.responses.get(rid)).status == "completed"
+    # The activity is delivered again (its worker died before the host saw its result): same answer.
+    again = await Engine(build_storage(storage.clients), ResearchAgent(settings), settings).run_phase(
+        rid, 1, finalize=True)
+    assert again["final"] == {"status": "completed"}
+    kinds = await _kinds(storage, rid)
+    assert kinds.count("response.completed") == 1 and kinds[-1] == "response.completed"
+    assert kinds.count("response.output_item.done") == 2  # no phase ran twice
+
+
+async def test_a_conclusion_that_fails_in_the_phase_is_left_to_the_finalize_step(
+        storage: Storage, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    rid, engine = await _planned(storage, settings, phases=1)
+
+    async def unavailable(response_id: str, outcome: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionError("storage went away")
+
+    monkeypatch.setattr(engine, "finalize", unavailable)
+    summary = await engine.run_phase(rid, 0, finalize=True)
+    assert "final" not in summary and summary["stop"] is None  # the phase itself is done and checkpointed
+    assert (await storage.responses.get(rid)).status == "in_progress"
+    monkeypatch.undo()
+    assert await engine.finalize(rid, {"status": "completed"}) == {"status": "completed"}
+    assert (await _kinds(storage, rid))[-1] == "response.completed"

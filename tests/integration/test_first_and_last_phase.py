@@ -1,5 +1,6 @@
-"""The plan's last phase concludes the run itself (one Durable hop fewer), idempotently, and leaves it to the
-orchestrator's finalize step when it cannot. Against Azurite, through the engine the activities call."""
+"""The first phase's activity plans the turn and the plan's last phase concludes the run (a Durable hop fewer
+each), idempotently; a conclusion that fails is left to the orchestrator's finalize step. Against Azurite,
+through the engine the activities call."""
 
 from __future__ import annotations
 
@@ -72,3 +73,45 @@ async def test_a_conclusion_that_fails_in_the_phase_is_left_to_the_finalize_step
     monkeypatch.undo()
     assert await engine.finalize(rid, {"status": "completed"}) == {"status": "completed"}
     assert (await _kinds(storage, rid))[-1] == "response.completed"
+
+
+async def _created(storage: Storage, settings: Settings, phases: int) -> str:
+    body = {"model": "m", "input": "Plan, please.", "background": True,
+            "metadata": {"research_phases": str(phases), "words_per_phase": "4", "delta_delay_ms": "0"}}
+    created = await ResponsesService(storage, _Runtime(), settings).create(json.dumps(body).encode())
+    return str(created.body["id"])
+
+
+async def test_the_first_phase_plans_the_turn_once_even_when_delivered_twice(storage: Storage,
+                                                                             settings: Settings) -> None:
+    rid = await _created(storage, settings, phases=2)
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    summary = await engine.run_phase(rid, 0, plan=True, finalize=True)
+    assert summary["phases"] == 2 and summary["stop"] is None and "final" not in summary  # not the last one
+    record = await storage.responses.get(rid)
+    assert record.status == "in_progress" and len(record.doc["plan"]) == 2
+    again = await Engine(build_storage(storage.clients), ResearchAgent(settings), settings).run_phase(
+        rid, 0, plan=True, finalize=True)
+    assert again["phases"] == 2 and again["chars"] == summary["chars"]  # its checkpoint, not a second run
+    kinds = await _kinds(storage, rid)
+    assert kinds.count("response.in_progress") == 1 and kinds.count("response.output_item.done") == 1
+
+
+async def test_a_one_phase_turn_is_planned_run_and_concluded_by_one_activity(storage: Storage,
+                                                                            settings: Settings) -> None:
+    rid = await _created(storage, settings, phases=1)
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    summary = await engine.run_phase(rid, 0, plan=True, finalize=True)
+    assert summary["phases"] == 1 and summary["final"] == {"status": "completed"}
+    kinds = await _kinds(storage, rid)
+    assert kinds[0] == "response.created" and kinds[1] == "response.in_progress"
+    assert kinds[-1] == "response.completed" and kinds.count("response.completed") == 1
+
+
+async def test_a_first_phase_that_finds_the_response_cancelled_streams_nothing(storage: Storage,
+                                                                               settings: Settings) -> None:
+    rid = await _created(storage, settings, phases=2)
+    await ResponsesService(storage, _Runtime(), settings).cancel(rid)
+    summary = await Engine(storage, ResearchAgent(settings), settings).run_phase(rid, 0, plan=True, finalize=True)
+    assert summary["stop"] == "cancelled" and "final" not in summary
+    assert "response.output_item.added" not in await _kinds(storage, rid)

@@ -4,6 +4,7 @@
     .venv/bin/python bench/host_faults.py resume --repo-settings # fixture app, the repo host.json's durableTask values
     .venv/bin/python bench/host_faults.py product                # function_app.py: 3 runs in flight, SIGKILL, restart
     .venv/bin/python bench/host_faults.py calls --steps 20       # storage calls of a 20-activity orchestration
+    .venv/bin/python bench/host_faults.py calls --product        # the Durable backend's calls per response
     .venv/bin/python bench/host_faults.py idle --seconds 20      # the host process's CPU while idle (ms/s)
 
 ``--set name=value`` overrides a host.json value for the double (``--set functionTimeout=00:10:00``,
@@ -128,7 +129,39 @@ def product(args: argparse.Namespace) -> dict[str, Any]:
                 "redeliveries": double.stats()["activity_redeliveries"]}
 
 
+def product_calls(args: argparse.Namespace) -> dict[str, Any]:
+    """The Durable backend's storage calls per response of function_app.py, counted by the double: ``--runs``
+    sequential 3-phase responses after 2 warm-ups (idle polling during the window included)."""
+    knobs = {"research_phases": "3", "words_per_phase": "48", "delta_delay_ms": "0"}
+    with HostDouble(ROOT, env=overrides(args.set, args.repo_settings)) as double:
+        http = httpx.Client(base_url=double.base_url, timeout=60)
+
+        def one() -> None:
+            body = {"model": "m", "input": "count the calls", "stream": True, "background": True, "metadata": knobs}
+            with http.stream("POST", "/responses", json=body) as stream:
+                for _ in stream.iter_lines():
+                    pass
+        for _ in range(2):
+            one()
+        time.sleep(1.0)  # the warm-ups' last episodes (lock release) end first
+        before, started = double.stats(), time.monotonic()
+        for _ in range(args.runs):
+            one()
+        time.sleep(1.0)
+        after, elapsed = double.stats(), time.monotonic() - started
+        by_kind = {k: round((v - before["storage_calls"].get(k, 0)) / args.runs, 2)
+                   for k, v in after["storage_calls"].items() if v - before["storage_calls"].get(k, 0)}
+        return {"runs": args.runs, "window_s": round(elapsed, 1),
+                "episodes_per_response": (after["episodes"] - before["episodes"]) / args.runs,
+                "activities_per_response": (sum(after["activity_deliveries"].values())
+                                            - sum(before["activity_deliveries"].values())) / args.runs,
+                "durable_calls_per_response_by_kind": by_kind,
+                "durable_calls_per_response": round(sum(by_kind.values()), 1)}
+
+
 def calls(args: argparse.Namespace) -> dict[str, Any]:
+    if args.product:
+        return product_calls(args)
     with tempfile.TemporaryDirectory() as scratch, HostDouble(FIXTURE_APP, settings="fixture.settings.json",
                                                               env=overrides(args.set, args.repo_settings)) as double:
         http = httpx.Client(base_url=double.base_url, timeout=30)
@@ -173,7 +206,9 @@ def main() -> None:
     parser.add_argument("what", choices=["resume", "product", "calls", "idle"])
     parser.add_argument("--set", action="append", default=[], help="host.json override name=value")
     parser.add_argument("--repo-settings", action="store_true", help="the repo host.json's durableTask values")
-    parser.add_argument("--product", action="store_true", help="idle: measure function_app.py, not the fixture")
+    parser.add_argument("--product", action="store_true",
+                        help="idle, calls: measure function_app.py, not the fixture")
+    parser.add_argument("--runs", type=int, default=10, help="calls --product: sequential responses")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=20.0)

@@ -76,6 +76,14 @@ from .store import HistoryConflict, LoadedHistory, Storage, TaskHubNames
 
 MAX_PROCESSED_REQUESTS = 500  # entity request ids remembered to drop re-delivered operations
 INVALID_ID_CHARS = set("/\\#?")
+# HOSTDOUBLE_TRACE=1: one line per step of the Durable work (monotonic ms, instance id tail, step) on the
+# host's output, to see where a run's time goes (docs/PERFORMANCE.md, "Where the time goes"). Off by default.
+TRACE = os.environ.get("HOSTDOUBLE_TRACE") == "1"
+
+
+def trace(step: str, instance_id: str) -> None:
+    if TRACE:
+        print(f"TRACE {time.monotonic() * 1000:.1f} {instance_id[-6:]} {step}", flush=True)
 
 
 class UnknownFunction(Exception):
@@ -431,6 +439,7 @@ class DurableRuntime:
         assert loaded is not None
         consumed = ([start] if start else []) + [t for t in taken if t[1] is not terminate]
         frame = episode_frame([event for _, event in consumed])
+        trace("episode start", instance_id)
         result = EpisodeResult()
         self.counters.episodes += 1
         if terminate is not None:
@@ -446,6 +455,7 @@ class DurableRuntime:
             else:
                 outcome = await self.host.invoke_orchestrator(function, instance_id,
                                                               json.dumps(execution.context(frame)))
+                trace("episode invoked", instance_id)
                 if isinstance(outcome, Answered):
                     execution.apply_answer(outcome.body, result)
                 elif isinstance(outcome, WorkerExited):
@@ -490,6 +500,7 @@ class DurableRuntime:
         # What was just sent is visible to the real backend's pollers now, and it wakes its own pollers on a
         # send: an activity or another instance's message is picked up while this episode checkpoints, not
         # after. (Messages to this instance wait for this session, as on the real backend.)
+        trace("episode sent", instance_id)
         for delivery in local_control:
             self._accept(delivery)
         for delivery in local_activities:
@@ -512,8 +523,10 @@ class DurableRuntime:
             await self._abandon(session, [d for d, _ in taken] + ([start[0]] if start else []) + defers)
             await self._finish(session, drops)
             return
+        trace("episode committed", instance_id)
         # (3) the instance row
         await self.storage.write_instance(instance_id, self._instance_fields(execution, start, result))
+        trace("episode row written", instance_id)
         committed = ([] if new_execution else loaded.events) + new_events
         msg_set = set() if new_execution else set(loaded.msg_ids)
         msg_set.update(msg_ids.values())
@@ -614,6 +627,7 @@ class DurableRuntime:
             self.log(f"re-delivering activity '{name}' of instance {envelope.instance_id} (its work item "
                      f"reappeared, dequeue count {delivery.dequeue_count})")
         renewer = self._spawn(self._renew(lambda: [delivery], self.config.work_item_visibility))
+        trace(f"activity {name} start", envelope.instance_id)
 
         def attempt(redelivery: bool) -> None:
             self.counters.activity_deliveries[name] += 1
@@ -632,6 +646,7 @@ class DurableRuntime:
                                                           attempt)
         finally:
             renewer.cancel()
+        trace(f"activity {name} end", envelope.instance_id)
         try:
             if isinstance(outcome, HostStopping):
                 with contextlib.suppress(Exception):
@@ -648,6 +663,7 @@ class DurableRuntime:
                     self.counters.activity_timeouts[name] += 1
                 result = new_event(TASK_FAILED, TaskScheduledId=seq, Reason=reason, Details=details)
             await self._send_to_instance(Envelope(envelope.instance_id, result, envelope.execution_id))
+            trace(f"activity {name} result sent", envelope.instance_id)
             await self.queues.delete(delivery)
         except Exception as error:
             self.log(f"activity '{name}' of {envelope.instance_id}: could not report its result "
@@ -661,6 +677,7 @@ class DurableRuntime:
     # ------------------------------------------------------------------------------------------ entities
     async def _entity_batch(self, session: Session, batch: list[Delivery]) -> None:
         instance_id = session.instance_id
+        trace("entity batch", instance_id)
         if session.entity is None:
             row = await self.storage.read_instance(instance_id)
             session.entity = {
@@ -771,7 +788,9 @@ class DurableRuntime:
         started = new_event(EXECUTION_STARTED, Name=name, Version=version, Input=input_,
                             OrchestrationInstance={"InstanceId": instance_id, "ExecutionId": execution_id})
         started["Timestamp"] = now
+        trace("start message sending", instance_id)
         await self._send_to_instance(Envelope(instance_id, started, execution_id))
+        trace("start message sent", instance_id)
         return instance_id
 
     async def status(self, instance_id: str) -> dict[str, Any] | None:

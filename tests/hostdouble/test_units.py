@@ -13,6 +13,8 @@ import pytest
 from tests.hostdouble import config
 from tests.hostdouble.durable.episode import ACCEPT, DEFER, DROP, EpisodeResult, Execution, fresh_state
 from tests.hostdouble.durable.history import (
+    CALL_ACTIVITY,
+    CREATE_TIMER,
     EXECUTION_STARTED,
     TASK_COMPLETED,
     TASK_FAILED,
@@ -215,6 +217,32 @@ def test_retry_interceptor_allocates_timer_then_next_attempt() -> None:
     execution.retry_bookkeeping(new_event(TIMER_FIRED, TimerId=3), fired)
     assert [(e["EventType"], e["EventId"]) for e in fired.produced] == [(TASK_SCHEDULED, 4)]
     assert fired.outbound[0].kind == "activity"
+
+
+def _replayed(execution: Execution, *actions: dict[str, object]) -> EpisodeResult:
+    result = EpisodeResult()
+    execution.apply_answer({"ok": True, "result": {"actions": [list(actions)], "isDone": False}}, result)
+    return result
+
+
+def test_a_replay_that_schedules_another_activity_fails_the_orchestration_as_dtfx_does() -> None:
+    def fresh() -> Execution:
+        execution = _execution()
+        execution.state["seqs"], execution.state["next"] = [0, 1], 3
+        return execution
+
+    same = _replayed(fresh(), {"actionType": CALL_ACTIVITY, "functionName": "A", "input": None},
+                     {"actionType": CALL_ACTIVITY, "functionName": "a", "input": None})
+    assert same.completion is None  # names compare case-insensitively, as in DurableTask.Core
+    renamed = _replayed(fresh(), {"actionType": CALL_ACTIVITY, "functionName": "a", "input": None},
+                        {"actionType": CALL_ACTIVITY, "functionName": "b", "input": None})
+    assert renamed.completion is not None and renamed.completion.status == "Failed"
+    assert "Non-Deterministic workflow detected" in str(renamed.completion.output)
+    assert "sequence number 1 named 'a'" in str(renamed.completion.output) and "'b'" in str(renamed.completion.output)
+    assert renamed.outbound == []  # nothing new is scheduled by a failed replay
+    timer = _replayed(fresh(), {"actionType": CALL_ACTIVITY, "functionName": "a", "input": None},
+                      {"actionType": CREATE_TIMER, "fireAt": "2026-01-01T00:00:00Z", "isCanceled": False})
+    assert timer.completion is not None and "another action" in str(timer.completion.output)
 
 
 def test_timer_schedules() -> None:

@@ -248,6 +248,8 @@ class Execution:
                 result.unsupported = result.unsupported or self._schedule(seq, action, result)
         continue_as_new: dict[str, Any] | None = None
         if error is None:
+            error = self._replayed_differently(actions, seqs)
+        if error is None:
             for action in actions[len(seqs):]:
                 kind = action.get("actionType")
                 if kind == WAIT_FOR_EXTERNAL_EVENT:
@@ -269,6 +271,30 @@ class Execution:
                 result.completion = Completion("ContinuedAsNew", continue_as_new.get("input"))
             else:
                 result.completion = Completion("Completed", state.get("output"))
+
+    def _replayed_differently(self, actions: list[dict[str, Any]], seqs: list[int | None]) -> str | None:
+        """DTFx's non-determinism check (``TaskOrchestrationContext.HandleTaskScheduledEvent``): an activity
+        the history scheduled at a sequence number must be replayed as an activity of the same name (case
+        insensitive). It trips when the orchestrator's code changed under a running instance; the
+        orchestration then fails for good, as on the real host."""
+        scheduled = {int(e["EventId"]): str(e.get("Name", "")) for e in self.events
+                     if e["EventType"] == TASK_SCHEDULED}
+        for action, seq in zip(actions, seqs, strict=False):
+            if seq is None or seq not in scheduled:
+                continue
+            name = scheduled[seq]
+            if action.get("actionType") not in (CALL_ACTIVITY, CALL_ACTIVITY_WITH_RETRY):
+                return (f"Non-Deterministic workflow detected: A previous execution of this orchestration scheduled an "
+                        f"activity task with sequence number {seq} named '{name}', but the current orchestration "
+                        f"replay instead produced another action with this sequence number. Was a change made to "
+                        f"the orchestrator code after this instance had already started running?")
+            replayed = str(action.get("functionName", ""))
+            if replayed.lower() != name.lower():
+                return (f"Non-Deterministic workflow detected: A previous execution of this orchestration scheduled an "
+                        f"activity task with sequence number {seq} named '{name}', but the current orchestration "
+                        f"replay instead scheduled one named '{replayed}'. Was a change made to the orchestrator code "
+                        f"after this instance had already started running?")
+        return None
 
     def _activity(self, seq: int, name: str, input_: Any) -> Outbound:
         event = new_event(TASK_SCHEDULED, seq, Name=name, Input=input_)

@@ -4,7 +4,8 @@ The Durable runtime delivers activities at least once: a worker that dies mid-ac
 re-delivered to a new worker, and a worker that was only presumed dead may still be running (a zombie).
 Each activity therefore reads the durable state first and decides what is left to do:
 
-* ``plan``: persists the plan once; appends ``response.in_progress`` only if it is not there yet.
+* ``plan`` (run by the first phase's activity before its phase): persists the plan once; appends
+  ``response.in_progress`` only if it is not there yet.
 * ``run_phase``: a phase whose checkpoint exists is returned as is (no second stream). A phase that finds
   events after the last checkpoint is a *recovery* (``recovery.py``): it closes the item left open, appends
   ``response.in_progress`` carrying the snapshot as of the last checkpoint (clients drop their partial
@@ -14,7 +15,8 @@ Each activity therefore reads the durable state first and decides what is left t
   first delta together) waits for the agent's first output: only then is the item's type known.
   Agent errors are answers, not exceptions: a permanent one returns ``{"stop": "failed"}``, a transient
   one ``{"retry_after": s}`` (the orchestrator waits on a durable timer and runs the phase again).
-* ``finalize``: the terminal status is decided by an ETag compare-and-swap (R5: a requested cancel wins
+* ``finalize`` (run by the plan's last phase when it ends without a stop, else as its own activity): the
+  terminal status is decided by an ETag compare-and-swap (R5: a requested cancel wins
   over the outcome, a terminal status already set stays); the terminal event is appended only if the log
   does not end with one already. Then the response leaves the index of unfinished runs that the repair
   path watches.
@@ -129,7 +131,7 @@ class Engine:
             self._runs.popitem(last=False)
 
     def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
-        """The HTTP layer created this response in this process: its plan activity, if it runs here too, need
+        """The HTTP layer created this response in this process: its first phase, if it runs here too, need
         not read the row and the input items back (a stale row only loses its CAS). Only for a turn without
         earlier turns and without a resumed plan, whose agent request is then complete."""
         if _previous_turn(record) is not None or record.doc.get("resume"):

@@ -10,7 +10,8 @@ Flow::
 
     [repair execution: inspect → already ended? finalize, leave the chain, stop]
     [acquire chain lock → (queued: wait for lock_granted | cancel | recheck timer)]
-    plan → run_phase(0) → … → run_phase(n-1) → finalize → [release lock → wake next turn]
+    run_phase(0, plans first) → … → run_phase(n-1, concludes) → [finalize unless concluded]
+    → [release lock → wake next turn]
     → [store=false: (client_done | grace timer) → forget]
 
 Failures, and why each is handled here rather than with ``call_activity_with_retry``: the policy is visible,
@@ -33,7 +34,8 @@ acquire        the run is finalized ``failed`` and leaves the queue (``remove``;
 mark_queued    ignored: ``response.queued`` is informational
 wait for grant bounded by a timer: re-``acquire`` (idempotent, so a lost ``lock_granted`` is healed) and
                inspect the holder; a holder whose run is over is released on its behalf
-plan/run_phase the run is finalized ``failed``
+run_phase      the run is finalized ``failed`` (the first one plans, the last one concludes the run
+               when it ends without a stop: a step fewer each; see :meth:`_Run.work`)
 finalize       the lock is still released; the orchestration ends with ``status: unfinalized`` and the
                repair path (:mod:`resilient.engine.repair`) restarts it because the row is still active
 release/remove ignored: the next turn's holder inspection frees the lock

@@ -75,7 +75,8 @@ def test_a_changed_orchestrator_fails_the_replay_and_the_run_resumes_from_its_ch
         rest, notes = follow(client, response_id, events[-1].sequence_number)
         events += rest
         log = double.log()
-        assert "Non-Deterministic workflow detected" in log, notes
+        failed = rf"instance {response_id} \(responses_orchestrator\) Failed: [^\n]*Non-Deterministic workflow detected"
+        assert re.search(failed, log), notes
         assert re.search(rf"repaired \| response_id={response_id} [^\n]*found=Failed", log), notes
         seqs = [e.sequence_number for e in events]
         assert seqs == list(range(len(events))), notes

@@ -535,7 +535,8 @@ class DurableRuntime:
         await self._finish(session, [d for d, _ in taken] + ([start[0]] if start else []) + drops)
         await self._abandon(session, defers)
         if result.completion is not None:
-            self.log(f"instance {instance_id} ({execution.name}) {result.completion.status}")
+            why = f": {str(result.completion.output)[:300]}" if result.completion.status == "Failed" else ""
+            self.log(f"instance {instance_id} ({execution.name}) {result.completion.status}{why}")
 
     async def _maybe_crash_before_checkpoint(self, instance_id: str, outbound: list[Outbound]) -> None:
         """The armed container crash: the episode's messages are out (its activities may be running), its

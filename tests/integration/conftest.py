@@ -11,6 +11,7 @@ import secrets
 import socket
 import string
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -76,3 +77,14 @@ async def dead_storage() -> AsyncIterator[Storage]:
 @pytest.fixture
 def rid() -> str:
     return new_response_id()
+
+
+class NoDurable:
+    """The Durable runtime of a service whose runs the test drives itself (through the engine): starting an
+    orchestration and raising an event do nothing."""
+
+    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
+        return None
+
+    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
+        return None

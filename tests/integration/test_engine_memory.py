@@ -24,16 +24,9 @@ from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, build_storage, open_storage
+from tests.integration.conftest import NoDurable
 
 pytestmark = pytest.mark.azurite
-
-
-class _Runtime:
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
-        return None
-
-    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
-        return None
 
 
 class CountingAgent(ResearchAgent):
@@ -67,7 +60,7 @@ async def storage(settings: Settings) -> AsyncIterator[Storage]:
 async def _create(storage: Storage, settings: Settings, phases: int = 3, words: int = 6) -> str:
     body = {"model": "m", "input": "What does a process remember?", "background": True,
             "metadata": {"research_phases": str(phases), "words_per_phase": str(words), "delta_delay_ms": "0"}}
-    result = await ResponsesService(storage, _Runtime(), settings).create(json.dumps(body).encode())
+    result = await ResponsesService(storage, NoDurable(), settings).create(json.dumps(body).encode())
     return str(result.body["id"])
 
 
@@ -161,7 +154,7 @@ async def test_finalize_after_a_phase_elsewhere_counts_every_checkpoint(storage:
 async def test_a_cancel_between_phases_stops_the_next_one_before_it_appends(storage: Storage,
                                                                           settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
-    service = ResponsesService(storage, _Runtime(), settings)
+    service = ResponsesService(storage, NoDurable(), settings)
     rid = await _create(storage, settings)
     await engine.plan(rid)
     await engine.run_phase(rid, 0)
@@ -178,7 +171,7 @@ async def test_a_cancel_between_phases_stops_the_next_one_before_it_appends(stor
 
 async def test_a_plan_after_a_create_in_this_process_reads_nothing_back(storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
-    service = ResponsesService(storage, _Runtime(), settings, on_created=engine.remember_created)
+    service = ResponsesService(storage, NoDurable(), settings, on_created=engine.remember_created)
     body = {"model": "m", "input": "Plan without reading back.", "background": True,
             "metadata": {"research_phases": "2", "words_per_phase": "3", "delta_delay_ms": "0"}}
     rid = str((await service.create(json.dumps(body).encode())).body["id"])
@@ -198,7 +191,7 @@ async def test_a_plan_after_a_create_in_this_process_reads_nothing_back(storage:
 async def test_a_cancel_right_after_the_create_still_stops_a_remembered_plan(storage: Storage,
                                                                            settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
-    service = ResponsesService(storage, _Runtime(), settings, on_created=engine.remember_created)
+    service = ResponsesService(storage, NoDurable(), settings, on_created=engine.remember_created)
     body = {"model": "m", "input": "Cancel me.", "background": True}
     rid = str((await service.create(json.dumps(body).encode())).body["id"])
     await service.cancel(rid)  # the remembered row is now stale: its CAS loses and the plan sees the cancel

@@ -15,23 +15,20 @@ from resilient.http.service import ResponsesService
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, build_storage
 from resilient.storage.feed import COMMITTED
+from tests.integration.conftest import NoDurable
 
 pytestmark = pytest.mark.azurite
 
 
-class _Runtime:
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
-        return None
-
-    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
-        return None
+async def _created(storage: Storage, settings: Settings, phases: int) -> str:
+    body = {"model": "m", "input": "Plan, please.", "background": True,
+            "metadata": {"research_phases": str(phases), "words_per_phase": "4", "delta_delay_ms": "0"}}
+    created = await ResponsesService(storage, NoDurable(), settings).create(json.dumps(body).encode())
+    return str(created.body["id"])
 
 
 async def _planned(storage: Storage, settings: Settings, phases: int = 2) -> tuple[str, Engine]:
-    body = {"model": "m", "input": "Conclude, please.", "background": True,
-            "metadata": {"research_phases": str(phases), "words_per_phase": "4", "delta_delay_ms": "0"}}
-    created = await ResponsesService(storage, _Runtime(), settings).create(json.dumps(body).encode())
-    rid = str(created.body["id"])
+    rid = await _created(storage, settings, phases)
     engine = Engine(storage, ResearchAgent(settings), settings)
     assert (await engine.plan(rid))["phases"] == phases
     return rid, engine
@@ -75,13 +72,6 @@ async def test_a_conclusion_that_fails_in_the_phase_is_left_to_the_finalize_step
     assert (await _kinds(storage, rid))[-1] == "response.completed"
 
 
-async def _created(storage: Storage, settings: Settings, phases: int) -> str:
-    body = {"model": "m", "input": "Plan, please.", "background": True,
-            "metadata": {"research_phases": str(phases), "words_per_phase": "4", "delta_delay_ms": "0"}}
-    created = await ResponsesService(storage, _Runtime(), settings).create(json.dumps(body).encode())
-    return str(created.body["id"])
-
-
 async def test_the_first_phase_plans_the_turn_once_even_when_delivered_twice(storage: Storage,
                                                                              settings: Settings) -> None:
     rid = await _created(storage, settings, phases=2)
@@ -111,7 +101,7 @@ async def test_a_one_phase_turn_is_planned_run_and_concluded_by_one_activity(sto
 async def test_a_first_phase_that_finds_the_response_cancelled_streams_nothing(storage: Storage,
                                                                                settings: Settings) -> None:
     rid = await _created(storage, settings, phases=2)
-    await ResponsesService(storage, _Runtime(), settings).cancel(rid)
+    await ResponsesService(storage, NoDurable(), settings).cancel(rid)
     summary = await Engine(storage, ResearchAgent(settings), settings).run_phase(rid, 0, plan=True, finalize=True)
     assert summary["stop"] == "cancelled" and "final" not in summary
     assert "response.output_item.added" not in await _kinds(storage, rid)

@@ -5,7 +5,6 @@ that wrote the log, the log comes from memory and only the row is read. Against 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -17,22 +16,15 @@ from resilient.protocol.sse import parse_frame
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, build_storage
 from resilient.storage.feed import COMMITTED
+from tests.integration.conftest import NoDurable
 
 pytestmark = pytest.mark.azurite
-
-
-class _Runtime:
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
-        return None
-
-    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
-        return None
 
 
 async def _finished_run(storage: Storage, settings: Settings) -> str:
     body = {"model": "m", "input": "Reconnect, please.", "background": True,
             "metadata": {"research_phases": "2", "words_per_phase": "5", "delta_delay_ms": "0"}}
-    created = await ResponsesService(storage, _Runtime(), settings).create(json.dumps(body).encode())
+    created = await ResponsesService(storage, NoDurable(), settings).create(json.dumps(body).encode())
     rid = str(created.body["id"])
     engine = Engine(storage, ResearchAgent(settings), settings)
     plan = await engine.plan(rid)
@@ -51,7 +43,7 @@ async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storag
     rid = await _finished_run(storage, settings)
     COMMITTED.forget_log(rid)  # as in a process that did not drive the run ...
     fresh = build_storage(storage.clients)  # ... (no kept writer, no feed)
-    service = ResponsesService(fresh, _Runtime(), settings)
+    service = ResponsesService(fresh, NoDurable(), settings)
     result = await service.retrieve(rid, {"stream": "true", "starting_after": "3"}, {})
     assert result.stream is not None
     chunks = [chunk async for chunk in result.stream]
@@ -70,7 +62,7 @@ async def test_a_malformed_reconnect_reads_no_log(storage: Storage, settings: Se
                                                   query: dict[str, str], status: int) -> None:
     fresh = build_storage(storage.clients)
     with pytest.raises(ApiError) as raised:
-        await ResponsesService(fresh, _Runtime(), settings).retrieve(response_id, query, {})
+        await ResponsesService(fresh, NoDurable(), settings).retrieve(response_id, query, {})
     assert raised.value.status == status
     assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
 
@@ -80,7 +72,8 @@ async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read
     rid = await _finished_run(storage, settings)
     fresh = build_storage(storage.clients)
     with pytest.raises(ApiError) as raised:
-        await ResponsesService(fresh, _Runtime(), settings).retrieve(rid, {"stream": "true", "starting_after": "x"}, {})
+        await ResponsesService(fresh, NoDurable(), settings).retrieve(rid, {"stream": "true", "starting_after": "x"},
+                                                                      {})
     assert raised.value.status == 400 and raised.value.param == "starting_after"
     assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
 
@@ -95,11 +88,11 @@ async def test_a_reconnect_to_the_process_that_wrote_the_log_reads_only_the_row(
                                                                                 settings: Settings) -> None:
     rid = await _finished_run(storage, settings)
     here = build_storage(storage.clients)  # same process: the feed remembers the log it published
-    from_memory = await _reconnect(ResponsesService(here, _Runtime(), settings), rid, 3)
+    from_memory = await _reconnect(ResponsesService(here, NoDurable(), settings), rid, 3)
     assert here.responses.storage_calls == 1 and here.events.storage_calls == 0  # type: ignore[attr-defined]
     COMMITTED.forget_log(rid)
     elsewhere = build_storage(storage.clients)
-    from_storage = await _reconnect(ResponsesService(elsewhere, _Runtime(), settings), rid, 3)
+    from_storage = await _reconnect(ResponsesService(elsewhere, NoDurable(), settings), rid, 3)
     assert elsewhere.events.storage_calls == 1  # type: ignore[attr-defined]
     assert from_memory == from_storage  # byte for byte what storage holds
     assert parse_frame(from_memory[0] + b"\n\n")[0] == 4
@@ -109,10 +102,10 @@ async def test_a_log_remembered_here_is_not_served_once_its_response_is_deleted(
                                                                                 settings: Settings) -> None:
     deleted_elsewhere = await _finished_run(storage, settings)
     deleted_here = await _finished_run(storage, settings)
-    other_process = ResponsesService(build_storage(storage.clients), _Runtime(), settings)
+    other_process = ResponsesService(build_storage(storage.clients), NoDurable(), settings)
     await storage.responses.delete(deleted_elsewhere)  # only the row: the log is still remembered here
     assert COMMITTED.recent(deleted_elsewhere, -1) is not None
-    service = ResponsesService(build_storage(storage.clients), _Runtime(), settings)
+    service = ResponsesService(build_storage(storage.clients), NoDurable(), settings)
     with pytest.raises(ApiError) as raised:
         await service.retrieve(deleted_elsewhere, {"stream": "true"}, {})
     assert raised.value.status == 404  # the row is checked on every reconnect

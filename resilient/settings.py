@@ -44,6 +44,17 @@ def _append_window_ms(value: str | None) -> int:
     return window
 
 
+CONTROL_INTERVAL_MS_RANGE = (20, 10_000)
+
+
+def _control_interval_ms(value: str | None) -> int:
+    interval = _int(value, 1000)
+    low, high = CONTROL_INTERVAL_MS_RANGE
+    if not low <= interval <= high:
+        raise ValueError(f"RESILIENT_CONTROL_INTERVAL_MS must be {low}..{high}")
+    return interval
+
+
 @dataclass(frozen=True)
 class Settings:
     # Storage: either a connection string (Azurite / keys) or identity-based service URIs.
@@ -65,6 +76,9 @@ class Settings:
     unstored_grace_seconds: int
     # Hot path: a streaming phase's appends start at least this far apart (latency vs. storage calls).
     append_window_ms: int
+    # A running phase reads the control columns when its newest snapshot is this old (cross-instance
+    # cancel/steer latency vs. storage calls); changes handled by the same process arrive at once.
+    control_interval_ms: int
     # Optional model
     azure_openai_endpoint: str | None
     azure_openai_deployment: str | None
@@ -104,6 +118,7 @@ class Settings:
             replay_retention_minutes=_int(e.get("RESILIENT_REPLAY_RETENTION_MINUTES"), 7 * 24 * 60),
             unstored_grace_seconds=max(1, _int(e.get("RESILIENT_UNSTORED_GRACE_SECONDS"), 120)),
             append_window_ms=_append_window_ms(e.get("RESILIENT_APPEND_WINDOW_MS")),
+            control_interval_ms=_control_interval_ms(e.get("RESILIENT_CONTROL_INTERVAL_MS")),
             azure_openai_endpoint=e.get("AZURE_OPENAI_ENDPOINT") or None,
             azure_openai_deployment=e.get("AZURE_OPENAI_DEPLOYMENT") or None,
             azure_openai_api_key=e.get("AZURE_OPENAI_API_KEY") or None,

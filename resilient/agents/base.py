@@ -192,8 +192,9 @@ def _item_text(item: dict[str, Any]) -> str:
 class PhaseContext:
     """Everything a phase may look at.
 
-    ``pending_input_count`` and ``cancelled`` are *live*: the engine refreshes them from storage while the
-    phase streams (at most every few hundred milliseconds, never a read per delta). A phase that sees
+    ``pending_input_count`` and ``cancelled`` are *live*: the engine updates them while the phase streams
+    (at once for a cancel or steer handled by the same process, else within the control interval; never
+    a read per delta). A phase that sees
     :attr:`should_stop` may yield a closing sentence and return; the engine also stops it at the next
     delta boundary.
     """

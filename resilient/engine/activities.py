@@ -61,6 +61,7 @@ from resilient.protocol import events as ev
 from resilient.protocol.items import ItemStatus, text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.settings import Settings
+from resilient.storage.controls import CONTROLS
 from resilient.storage.errors import InvalidTransition, LostOwnership, NotFound, PreconditionFailed
 from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import (
@@ -261,7 +262,7 @@ class Engine:
                 planned = await self.plan(response_id)
                 if planned.get("stop"):
                     return {"index": index, **planned}
-            summary = await self._run_phase(response_id, index, deadline, planned_here=plan)
+            summary = await self._run_phase(response_id, index, deadline)
         except BaseException:
             COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise
@@ -276,20 +277,19 @@ class Engine:
                             extra={"response_id": response_id, "phase": index})
         return summary
 
-    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None, *,
-                         planned_here: bool = False) -> JsonDict:
+    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
         storage = self.storage
         remembered = self._as_remembered(response_id, index)
         if remembered is not None:
-            # This process drove the run up to here: one control read (none right after the plan's CAS in
-            # this activity, which returned the row); the claim's fenced append below proves nothing
-            # happened to the log meanwhile (else it re-reads storage, as a re-delivery does).
+            # This process drove the run up to here: the claim's fenced append below proves nothing happened
+            # to the log meanwhile (else it re-reads storage, as a re-delivery does). The control columns
+            # need no read while this process's newest snapshot (the plan's CAS, the previous phase's
+            # reads, a cancel or steer handled here) is younger than the control interval: the same
+            # staleness a running phase accepts.
             memo, writer = remembered
             record, checkpoints, request = memo.record, memo.checkpoints, memo.request
-            if planned_here:
-                control = Control(record.status, record.cancel_requested, record.pending_input_count)
-            else:
-                control = await storage.responses.get_control(response_id)
+            control = CONTROLS.fresh(response_id, self.tuning.control_interval_s, time.monotonic()) \
+                or await storage.responses.get_control(response_id)
         else:
             record = await storage.responses.get(response_id)  # carries the control columns too
             control = Control(record.status, record.cancel_requested, record.pending_input_count)

@@ -12,9 +12,11 @@ delta go *down* under load, never up. The phase's last events (its closing event
 whatever deltas are still waiting.
 
 Why a background control poller: reading ``status``/``cancel_requested``/``pending_input_count`` inline
-would stall the agent's stream for a storage round trip. :class:`ControlPoller` reads them every
-``control_interval_s`` (one read in flight at most; widened under load like the append window) and updates
-the phase context the agent checks.
+would stall the agent's stream for a storage round trip. :class:`ControlPoller` keeps the phase context the
+agent checks current: a cancel or steer handled by this process arrives at once through the process's
+:class:`~resilient.storage.controls.ControlBoard`; a change made elsewhere is seen by a read once the newest
+snapshot is ``control_interval_s`` old (one read in flight at most; widened under load like the append
+window).
 """
 
 from __future__ import annotations
@@ -22,19 +24,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from resilient.agents.base import PhaseContext
 from resilient.settings import Settings
+from resilient.storage.controls import CONTROLS, ControlBoard
 from resilient.storage.errors import StorageUnavailable
 from resilient.storage.feed import COMMITTED, CommittedFeed
-from resilient.storage.ports import JsonDict, ResponseStore
+from resilient.storage.ports import Control, JsonDict, ResponseStore
 
 log = logging.getLogger("resilient.engine")
 
 DEFAULT_APPEND_WINDOW_S = 0.2
+DEFAULT_CONTROL_INTERVAL_S = 1.0
 # The window is scaled by 1 + (phases streaming in this process) / LOAD_PHASES, at most MAX_LOAD_FACTOR.
 LOAD_PHASES = 16
 MAX_LOAD_FACTOR = 4.0
@@ -52,16 +58,19 @@ class Tuning:
     ``flush_interval_s``: the append window (see the module doc; app setting ``RESILIENT_APPEND_WINDOW_MS``).
     ``flush_max_events``: this many waiting events go out without waiting for the window (bounds memory
     and block size for agents that emit in bursts). ``control_interval_s``: how stale the control flags
-    may be, i.e. the cancel/steer latency of a running phase (and how many Table reads it makes).
+    may be when another instance changed them, i.e. the cross-instance cancel/steer latency of a running
+    phase, and how many Table reads it makes (app setting ``RESILIENT_CONTROL_INTERVAL_MS``); a change
+    handled by this process reaches the phase at once.
     """
 
     flush_interval_s: float = DEFAULT_APPEND_WINDOW_S
     flush_max_events: int = 512
-    control_interval_s: float = 0.2
+    control_interval_s: float = DEFAULT_CONTROL_INTERVAL_S
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Tuning:
-        return cls(flush_interval_s=settings.append_window_ms / 1000.0)
+        return cls(flush_interval_s=settings.append_window_ms / 1000.0,
+                   control_interval_s=settings.control_interval_ms / 1000.0)
 
 
 class AppendTarget(Protocol):
@@ -147,15 +156,22 @@ class Appender:
 
 
 class ControlPoller:
-    """Refreshes ``context.cancelled`` and ``context.pending_input_count`` from storage in the background."""
+    """Keeps ``context.cancelled`` and ``context.pending_input_count`` current in the background.
+
+    A change this process makes or reads (a cancel or steering request handled here) arrives through the
+    :class:`~resilient.storage.controls.ControlBoard` at once, without a read. The poller reads the row
+    only when the newest snapshot is older than the interval: that read is what sees a change made by
+    another instance, so the interval bounds how stale the flags can be.
+    """
 
     def __init__(self, responses: ResponseStore, response_id: str, context: PhaseContext, interval_s: float,
-                 *, load: CommittedFeed = COMMITTED) -> None:
+                 *, load: CommittedFeed = COMMITTED, controls: ControlBoard = CONTROLS) -> None:
         self._responses = responses
         self._rid = response_id
         self._context = context
         self._interval = max(0.001, interval_s)
         self._load = load
+        self._controls = controls
         self._task: asyncio.Task[None] | None = None
         self.reads = 0
 
@@ -184,14 +200,33 @@ class ControlPoller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def _apply(self, control: Control) -> None:
+        self._context.cancelled = control.cancel_requested or control.status == "cancelled"
+        self._context.pending_input_count = control.pending_input_count
+
     async def _run(self) -> None:
+        # When the request behind the flags in the context started. The phase set them from the newest
+        # snapshot; a store that does not report to the board (a test's) set them from a read just now.
+        applied_at = -math.inf if self._controls.latest(self._rid) is not None else time.monotonic()
         while True:
-            await asyncio.sleep(self.interval())
+            seen = self._controls.latest(self._rid)
+            if seen is not None and seen.at > applied_at:
+                self._apply(seen.control)
+                applied_at = seen.at
+            wait = applied_at + self.interval() - time.monotonic()
+            if wait > 0:
+                await self._controls.wait(self._rid, wait)
+                continue
             self.reads += 1
+            started_at = time.monotonic()
             try:
                 control = await self._responses.get_control(self._rid)
             except StorageUnavailable:
                 log.warning("control read failed; retrying", extra={"response_id": self._rid})
-                continue  # an outage also stops the appends; the flags are only as stale as storage
-            self._context.cancelled = control.cancel_requested or control.status == "cancelled"
-            self._context.pending_input_count = control.pending_input_count
+                await asyncio.sleep(self.interval())  # an outage also stops the appends
+                continue
+            self._controls.observe(self._rid, control, started_at)  # a store may not report to the board
+            newer = self._controls.latest(self._rid)
+            if newer is None or newer.at <= started_at:  # else a later snapshot is applied above
+                self._apply(control)
+                applied_at = max(applied_at, started_at)

@@ -11,6 +11,7 @@ so a write that does not change the document does not have to re-send (or re-spi
 
 from __future__ import annotations
 
+import time
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,7 @@ from azure.data.tables.aio import TableClient
 
 from resilient.ids import validate_id
 from resilient.storage.connection import translate_errors
+from resilient.storage.controls import CONTROLS, ControlBoard
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, Control, JsonDict, ResponseRecord
 from resilient.storage.spill import JsonSpill
@@ -40,34 +42,44 @@ def _etag(entity: Any) -> str:
 class TableResponseStore:
     """``ResponseStore`` over one Azure Table (``<prefix>responses``)."""
 
-    def __init__(self, table: TableClient, spill: JsonSpill) -> None:
+    def __init__(self, table: TableClient, spill: JsonSpill, *, controls: ControlBoard = CONTROLS) -> None:
         self._table = table
         self._spill = spill
+        self._controls = controls  # every row this store reads or writes tells running phases here
         self.storage_calls = 0
+
+    def _observed(self, record: ResponseRecord, started_at: float) -> ResponseRecord:
+        control = Control(record.status, record.cancel_requested, record.pending_input_count)
+        self._controls.observe(record.response_id, control, started_at)
+        return record
 
     # -- reads ------------------------------------------------------------------------------------
     @translate_errors
     async def get(self, response_id: str) -> ResponseRecord:
         rid = validate_id(response_id, param="response_id")
+        started_at = time.monotonic()
         entity = await self._get_entity(rid, None)
-        return ResponseRecord(
+        return self._observed(ResponseRecord(
             response_id=rid,
             status=str(entity["status"]),
             doc=await self._spill.unpack(entity, "doc"),
             etag=_etag(entity),
             cancel_requested=bool(entity.get("cancel_requested", False)),
             pending_input_count=int(entity.get("pending_input_count", 0)),
-        )
+        ), started_at)
 
     @translate_errors
     async def get_control(self, response_id: str) -> Control:
         rid = validate_id(response_id, param="response_id")
+        started_at = time.monotonic()
         entity = await self._get_entity(rid, _CONTROL_COLUMNS)
-        return Control(
+        control = Control(
             status=str(entity["status"]),
             cancel_requested=bool(entity.get("cancel_requested", False)),
             pending_input_count=int(entity.get("pending_input_count", 0)),
         )
+        self._controls.observe(rid, control, started_at)
+        return control
 
     async def _get_entity(self, rid: str, select: list[str] | None) -> Any:
         self.storage_calls += 1
@@ -89,11 +101,13 @@ class TableResponseStore:
             **await self._spill.pack(rid, "doc", "doc", doc),
         }
         self.storage_calls += 1
+        started_at = time.monotonic()
         try:
             result = await self._table.create_entity(entity)
         except ResourceExistsError:
             return await self.get(rid)  # a retried create: the stored row is the answer
-        return ResponseRecord(rid, status, dict(doc), str(result.get("etag", "")), False, 0)
+        return self._observed(ResponseRecord(rid, status, dict(doc), str(result.get("etag", "")), False, 0),
+                              started_at)
 
     @translate_errors
     async def replace(
@@ -118,6 +132,7 @@ class TableResponseStore:
             doc = {**record.doc, **doc_changes}
             entity.update(await self._spill.pack(rid, "doc", "doc", doc))
         self.storage_calls += 1
+        started_at = time.monotonic()
         try:
             result = await self._table.update_entity(
                 entity, mode=UpdateMode.MERGE, etag=record.etag, match_condition=MatchConditions.IfNotModified
@@ -126,14 +141,15 @@ class TableResponseStore:
             raise PreconditionFailed(f"response {rid!r} changed since it was read") from error
         except ResourceNotFoundError as error:
             raise NotFound(f"response {rid!r} not found") from error
-        return ResponseRecord(
+        # The CAS succeeded, so the row was exactly ``record`` plus these changes: a whole snapshot.
+        return self._observed(ResponseRecord(
             response_id=rid,
             status=record.status if status is None else status,
             doc=doc,
             etag=str(result.get("etag", "")),
             cancel_requested=record.cancel_requested if cancel_requested is None else cancel_requested,
             pending_input_count=int(entity.get("pending_input_count", record.pending_input_count)),
-        )
+        ), started_at)
 
     @translate_errors
     async def transition(
@@ -191,6 +207,7 @@ class TableResponseStore:
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
         self.storage_calls += 1
+        self._controls.forget(rid)
         with suppress(ResourceNotFoundError):
             await self._table.delete_entity(rid, ROW_KEY)
         await self._spill.delete_prefix(f"{rid}/doc-")

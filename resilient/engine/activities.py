@@ -100,6 +100,12 @@ REMEMBERED_RUNS = 1024
 NEXT_ACTIVITY_EXPECTED_S = 5.0
 
 
+def _expect_next_activity(response_id: str) -> None:
+    """Readers here wait for the run's next activity in this process (it usually comes here), longer
+    while many phases stream."""
+    COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(COMMITTED))
+
+
 @dataclass
 class _RunMemo:
     """What this process learnt about a run while driving it, so that the run's next activity here does
@@ -206,7 +212,7 @@ class Engine:
         self.storage.events.keep_writer(await self._append_at_end(response_id, opening))
         if request is not None and not record.doc.get("agent_metadata"):
             self._remember(_RunMemo(record, request, []))
-            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(COMMITTED))
+            _expect_next_activity(response_id)
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
 
@@ -364,7 +370,7 @@ class Engine:
                 await appender.finish(closing)  # with the deltas still waiting: one append
             else:
                 await claim.append(closing)  # the agent said nothing: the closing events claim the log
-            COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(COMMITTED))
+            _expect_next_activity(response_id)
         await self._record_phase(record, offset + index, items)
         if len(items.items) == 1:
             await storage.items.put_output_item(response_id, index, items.items[0])

@@ -53,7 +53,7 @@ from resilient.agents.base import (
     TransientAgentError,
 )
 from resilient.engine import recovery
-from resilient.engine.batching import Appender, ControlPoller, Tuning, load_factor
+from resilient.engine.batching import Appender, ControlPoller, Tuning, expect_next_activity
 from resilient.engine.liveness import Liveness, behind_live_writer
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.snapshot import response_object
@@ -94,18 +94,6 @@ NON_BACKGROUND_CRASH_MESSAGE = (
 )
 DEFAULT_RETRY_AFTER_SECONDS = 2.0
 REMEMBERED_RUNS = 1024
-# After an activity of a run ends here, its next one usually starts here within a Durable hop: readers in
-# this process wait for it on the in-process feed (polling storage at the idle pace) for this long, times
-# the load factor of the append window (a busy process makes the hop longer too).
-NEXT_ACTIVITY_EXPECTED_S = 5.0
-
-
-def _expect_next_activity(response_id: str) -> None:
-    """Readers here wait for the run's next activity in this process (it usually comes here), longer
-    while many phases stream."""
-    COMMITTED.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(COMMITTED))
-
-
 @dataclass
 class _RunMemo:
     """What this process learnt about a run while driving it, so that the run's next activity here does
@@ -212,7 +200,7 @@ class Engine:
         self.storage.events.keep_writer(await self._append_at_end(response_id, opening))
         if request is not None and not record.doc.get("agent_metadata"):
             self._remember(_RunMemo(record, request, []))
-            _expect_next_activity(response_id)
+            expect_next_activity(response_id)
         log.info("planned", extra={"response_id": response_id, "phases": len(plan)})
         return {"phases": len(plan)}
 
@@ -370,7 +358,7 @@ class Engine:
                 await appender.finish(closing)  # with the deltas still waiting: one append
             else:
                 await claim.append(closing)  # the agent said nothing: the closing events claim the log
-            _expect_next_activity(response_id)
+            expect_next_activity(response_id)
         await self._record_phase(record, offset + index, items)
         if len(items.items) == 1:
             await storage.items.put_output_item(response_id, index, items.items[0])

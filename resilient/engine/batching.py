@@ -51,6 +51,18 @@ def load_factor(load: CommittedFeed) -> float:
     return min(MAX_LOAD_FACTOR, 1.0 + load.phases_streaming() / LOAD_PHASES)
 
 
+# A run started or continued from this process usually has its next activity here within a Durable hop
+# (it may run on another instance: the work-item queue is shared). Readers in this process wait for it on the
+# in-process feed, polling storage at the idle pace, for this long times the load factor (a busy process
+# makes the hop longer too).
+NEXT_ACTIVITY_EXPECTED_S = 5.0
+
+
+def expect_next_activity(response_id: str, feed: CommittedFeed = COMMITTED) -> None:
+    """Tell readers here that the run's next activity will probably append in this process soon."""
+    feed.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(feed))
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Knobs of the hot path.

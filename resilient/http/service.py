@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import unstored
+from resilient.engine.batching import expect_next_activity
 from resilient.engine.repair import DurableControl, Repairer
 from resilient.engine.snapshot import response_object
 from resilient.http.continuation import Continuation, check_continuation
@@ -181,6 +182,8 @@ class ResponsesService:
             await self._fail_unstarted(response_id)
             raise errors.service_unavailable() from None
         await self._steer(turns_ahead, +1)
+        if not turns_ahead:  # its first activity comes next, probably here; a queued turn waits for its lock
+            expect_next_activity(response_id)
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:

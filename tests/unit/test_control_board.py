@@ -147,3 +147,16 @@ async def test_a_late_read_does_not_undo_a_newer_snapshot() -> None:
         assert seen is not None and seen.control == CANCELLED
     finally:
         await poller.stop()
+
+
+def test_the_control_interval_is_a_bounded_setting() -> None:
+    import pytest
+
+    from resilient.engine.batching import Tuning
+    from resilient.settings import Settings
+
+    assert Tuning.from_settings(Settings.from_env({})).control_interval_s == 1.0
+    assert Tuning.from_settings(Settings.from_env({"RESILIENT_CONTROL_INTERVAL_MS": "250"})).control_interval_s == 0.25
+    for bad in ("5", "60000", "-1"):
+        with pytest.raises(ValueError, match="RESILIENT_CONTROL_INTERVAL_MS"):
+            Settings.from_env({"RESILIENT_CONTROL_INTERVAL_MS": bad})

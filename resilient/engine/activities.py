@@ -94,6 +94,8 @@ NON_BACKGROUND_CRASH_MESSAGE = (
 )
 DEFAULT_RETRY_AFTER_SECONDS = 2.0
 REMEMBERED_RUNS = 1024
+
+
 @dataclass
 class _RunMemo:
     """What this process learnt about a run while driving it, so that the run's next activity here does

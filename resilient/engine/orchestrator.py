@@ -60,8 +60,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import azure.durable_functions as df
-
 from resilient.engine.failures import is_worker_lost, reason_line
 
 RUN_PHASE = "run_phase"
@@ -137,7 +135,10 @@ class _Run:
 
     @property
     def lock(self) -> Any:
-        return df.EntityId(CHAIN_LOCK_ENTITY, str(self.chain_id)) if self.chain_id else None
+        # Imported here: this module is imported at indexing, the SDK only when an orchestration runs.
+        from azure.durable_functions import EntityId
+
+        return EntityId(CHAIN_LOCK_ENTITY, str(self.chain_id)) if self.chain_id else None
 
     def timer(self, seconds: float) -> Any:
         return self.context.create_timer(self.context.current_utc_datetime + timedelta(seconds=seconds))

@@ -1,4 +1,4 @@
-"""Durable bindings: the orchestrator, the activities and the chain-lock entity, as a ``df.Blueprint``.
+"""Durable bindings: the orchestrator, the activities and the chain-lock entity, as a blueprint.
 
 Each function is a thin adapter from the Functions trigger to :mod:`resilient.engine`; nothing here is
 worth unit-testing on its own except through replay (orchestrator) and the host double (the rest).
@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator
-from typing import Any
-
-import azure.durable_functions as df
+from typing import TYPE_CHECKING, Any
 
 from resilient.engine import chainlock, orchestrator, unstored
 from resilient.functions import runtime
 from resilient.functions.client import repairer
+from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory
+
+if TYPE_CHECKING:
+    import azure.durable_functions as df
 
 
 def _args(payload: Any) -> dict[str, Any]:
@@ -26,10 +28,10 @@ def _args(payload: Any) -> dict[str, Any]:
     return dict(payload)
 
 
-def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
+def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
     """Build the blueprint for ``agent_factory`` (called once by ``function_app.py``)."""
     runtime.configure(agent_factory)
-    bp = df.Blueprint()
+    bp = DurableBlueprint()
 
     @bp.orchestration_trigger(context_name="context", orchestration="responses_orchestrator")
     def responses_orchestrator(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
@@ -54,31 +56,32 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> df.Blueprint:
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.INSPECT)
     @bp.durable_client_input(client_name="client")
-    async def inspect_response(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:
+    async def inspect_response(payload: Any, client: str) -> dict[str, Any]:
         """Whether a response's run is over. If it is not, the repair path also checks (throttled) that its
         orchestration is alive: a queued turn inspecting the lock holder thus restarts a dead holder."""
         args = _args(payload)
         engine = await runtime.engine()
         verdict = await engine.inspect(str(args["response_id"]))
         if not verdict.get("over"):
-            await repairer(client, engine).nudge(str(args["response_id"]))
+            await repairer(DurableClient(client), engine).nudge(str(args["response_id"]))
         return verdict
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.WAKE_NEXT)
     @bp.durable_client_input(client_name="client")
-    async def wake_next_turn(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:
+    async def wake_next_turn(payload: Any, client: str) -> dict[str, Any]:
         args = _args(payload)
         next_id = str(args["response_id"])
-        await client.raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
+        await DurableClient(client).get().raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
         return {"woken": next_id}
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.FORGET)
     @bp.durable_client_input(client_name="client")
-    async def forget_response(payload: Any, client: df.DurableOrchestrationClient) -> dict[str, Any]:
+    async def forget_response(payload: Any, client: str) -> dict[str, Any]:
         """store=false: delete the response's data now, and this orchestration's history once it ends."""
         response_id = str(_args(payload)["response_id"])
         await unstored.forget((await runtime.engine()).storage, response_id)
-        unstored.detach(unstored.purge_history_when_done(ClientHistory(client), response_id), "history purge")
+        history = ClientHistory(DurableClient(client))
+        unstored.detach(unstored.purge_history_when_done(history, response_id), "history purge")
         return {"forgotten": True}
 
     @bp.entity_trigger(context_name="context", entity_name=orchestrator.CHAIN_LOCK_ENTITY)

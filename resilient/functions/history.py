@@ -6,33 +6,33 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-import azure.durable_functions as df
-from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
-
 from resilient.engine.orchestrator import FORGET_AFTER_KEY
+from resilient.functions.durable_bindings import DurableClient
 
-_FINISHED = [OrchestrationRuntimeStatus.Completed, OrchestrationRuntimeStatus.Failed,
-             OrchestrationRuntimeStatus.Terminated]
 # A store=false run's instance is never older than its run plus the grace: a day back is plenty.
 _SWEEP_WINDOW_DAYS = 1
 
 
 class ClientHistory:
-    def __init__(self, client: df.DurableOrchestrationClient) -> None:
+    def __init__(self, client: DurableClient) -> None:
         self._client = client
 
     async def runtime_status(self, instance_id: str) -> str | None:
-        status = await self._client.get_status(instance_id)
+        status = await self._client.get().get_status(instance_id)
         found = status.runtime_status if status else None
         return found.value if found is not None else None
 
     async def purge(self, instance_id: str) -> None:
-        await self._client.purge_instance_history(instance_id)
+        await self._client.get().purge_instance_history(instance_id)
 
     async def finished_unstored(self, created_before: datetime) -> list[str]:
-        statuses = await self._client.get_status_by(
+        from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
+
+        finished = [OrchestrationRuntimeStatus.Completed, OrchestrationRuntimeStatus.Failed,
+                    OrchestrationRuntimeStatus.Terminated]
+        statuses = await self._client.get().get_status_by(
             created_time_from=created_before - timedelta(days=_SWEEP_WINDOW_DAYS),
-            created_time_to=created_before, runtime_status=_FINISHED)
+            created_time_to=created_before, runtime_status=finished)
         found: list[str] = []
         for status in statuses:
             given = _as_dict(status.input_)

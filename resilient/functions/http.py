@@ -1,4 +1,4 @@
-"""HTTP bindings: the Responses endpoints as FastAPI-typed Functions (HTTP streaming), in a ``df.Blueprint``.
+"""HTTP bindings: the Responses endpoints as FastAPI-typed Functions (HTTP streaming), in a blueprint.
 
 All routes use the FastAPI ``Request``/response types from ``azurefunctions-extensions-http-fastapi``:
 streaming is app-wide once enabled, and one classic ``func.HttpRequest`` route would fail indexing.
@@ -10,20 +10,21 @@ from __future__ import annotations
 import logging
 import os
 
-import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Response, StreamingResponse
 
 from resilient.functions import runtime
 from resilient.functions.client import ClientRuntime, repairer
+from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.http.service import HttpResult, ResponsesService, guarded
 from resilient.settings import Settings
 
 log = logging.getLogger("resilient.http")
 
 
-async def _service(client: df.DurableOrchestrationClient) -> ResponsesService:
+async def _service(binding: str) -> ResponsesService:
     engine = await runtime.engine()
+    client = DurableClient(binding)  # loads the Durable SDK only if this request makes a Durable call
     return ResponsesService(engine.storage, ClientRuntime(client), engine.settings,
                             repairer=repairer(client, engine), on_created=engine.remember_created)
 
@@ -53,12 +54,12 @@ def _headers(req: Request) -> dict[str, str]:
     return {k.lower(): v for k, v in req.headers.items()}
 
 
-def http_blueprint() -> df.Blueprint:
-    bp = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
+def http_blueprint() -> DurableBlueprint:
+    bp = DurableBlueprint()
 
     @bp.route(route="responses", methods=["POST"])
     @bp.durable_client_input(client_name="client")
-    async def create_response(req: Request, client: df.DurableOrchestrationClient) -> Response:
+    async def create_response(req: Request, client: str) -> Response:
         async def handle() -> HttpResult:
             return await (await _service(client)).create(await req.body())
 
@@ -66,7 +67,7 @@ def http_blueprint() -> df.Blueprint:
 
     @bp.route(route="responses/{response_id}", methods=["GET"])
     @bp.durable_client_input(client_name="client")
-    async def get_response(req: Request, client: df.DurableOrchestrationClient) -> Response:
+    async def get_response(req: Request, client: str) -> Response:
         response_id = _response_id(req)
 
         async def handle() -> HttpResult:
@@ -76,7 +77,7 @@ def http_blueprint() -> df.Blueprint:
 
     @bp.route(route="responses/{response_id}/cancel", methods=["POST"])
     @bp.durable_client_input(client_name="client")
-    async def cancel_response(req: Request, client: df.DurableOrchestrationClient) -> Response:
+    async def cancel_response(req: Request, client: str) -> Response:
         response_id = _response_id(req)
 
         async def handle() -> HttpResult:
@@ -86,7 +87,7 @@ def http_blueprint() -> df.Blueprint:
 
     @bp.route(route="responses/{response_id}", methods=["DELETE"])
     @bp.durable_client_input(client_name="client")
-    async def delete_response(req: Request, client: df.DurableOrchestrationClient) -> Response:
+    async def delete_response(req: Request, client: str) -> Response:
         response_id = _response_id(req)
 
         async def handle() -> HttpResult:
@@ -96,7 +97,7 @@ def http_blueprint() -> df.Blueprint:
 
     @bp.route(route="responses/{response_id}/input_items", methods=["GET"])
     @bp.durable_client_input(client_name="client")
-    async def list_input_items(req: Request, client: df.DurableOrchestrationClient) -> Response:
+    async def list_input_items(req: Request, client: str) -> Response:
         response_id = _response_id(req)
 
         async def handle() -> HttpResult:

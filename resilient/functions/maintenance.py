@@ -6,13 +6,13 @@ import logging
 import time
 from datetime import UTC, datetime
 
-import azure.durable_functions as df
 import azure.functions as func
 
 from resilient.engine import unstored
 from resilient.engine.retention import purge_expired
 from resilient.functions import runtime
 from resilient.functions.client import repairer
+from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory
 
 log = logging.getLogger("resilient.retention")
@@ -21,31 +21,32 @@ CLEANUP_SCHEDULE = "0 */15 * * * *"  # every 15 minutes (NCRONTAB with seconds)
 REPAIR_SCHEDULE = "30 * * * * *"  # every minute, at second 30
 
 
-def maintenance_blueprint() -> df.Blueprint:
-    bp = df.Blueprint()
+def maintenance_blueprint() -> DurableBlueprint:
+    bp = DurableBlueprint()
 
     @bp.timer_trigger(schedule=CLEANUP_SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
     @bp.durable_client_input(client_name="client")
-    async def cleanup_expired(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    async def cleanup_expired(timer: func.TimerRequest, client: str) -> None:
         engine = await runtime.engine()
+        durable = DurableClient(client)
 
         async def purge_history(instance_id: str) -> None:
-            await client.purge_instance_history(instance_id)
+            await durable.get().purge_instance_history(instance_id)
 
         purged = await purge_expired(engine.storage, retention_minutes=engine.settings.replay_retention_minutes,
                                      now_epoch_seconds=time.time(), purge_history=purge_history)
         # store=false runs whose own clean-up a crash interrupted (their history, or data and history).
-        forgotten = await unstored.sweep(engine.storage, ClientHistory(client), now=datetime.now(UTC),
+        forgotten = await unstored.sweep(engine.storage, ClientHistory(durable), now=datetime.now(UTC),
                                          older_than_seconds=engine.settings.unstored_grace_seconds + 600)
         log.info("cleanup_expired ran", extra={"purged": len(purged), "forgotten": len(forgotten),
                                                "past_due": timer.past_due})
 
     @bp.timer_trigger(schedule=REPAIR_SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
     @bp.durable_client_input(client_name="client")
-    async def repair_stuck_runs(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    async def repair_stuck_runs(timer: func.TimerRequest, client: str) -> None:
         """Resume runs whose orchestration died (Failed, Terminated, missing) while their row is unfinished.
         Runs on one instance at a time (timer triggers hold a singleton lock)."""
-        verdicts = await repairer(client, await runtime.engine()).sweep()
+        verdicts = await repairer(DurableClient(client), await runtime.engine()).sweep()
         repaired = sum(v.action in ("restarted", "gave_up") for v in verdicts)
         log.info("repair_stuck_runs ran", extra={"checked": len(verdicts), "repaired": repaired,
                                                  "past_due": timer.past_due})

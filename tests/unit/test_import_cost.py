@@ -1,6 +1,7 @@
 """Cold start: importing the app (what every new worker does before it can be indexed) must not load the
-``openai`` types or the storage SDKs. They are needed only for validation in tests and at the first storage
-call, and together take most of a second to import. Checked in a fresh interpreter (not timed)."""
+``openai`` types, the storage SDKs or the Durable SDK (with its ``aiohttp`` client). They are needed only for
+validation in tests, at the first storage call and at the first Durable call or episode, and together take
+more than a second to import. Checked in a fresh interpreter (not timed)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAZY = ("openai", "azure.storage.blob", "azure.data.tables", "azure.identity")
+LAZY = ("openai", "azure.storage.blob", "azure.data.tables", "azure.identity", "azure.durable_functions",
+        "aiohttp")
 
 PROBE = f"""
 import json, sys
@@ -19,7 +21,7 @@ print(json.dumps([m for m in {LAZY!r} if m in sys.modules]))
 """
 
 
-def test_importing_the_app_loads_neither_openai_nor_the_storage_sdks() -> None:
+def test_importing_the_app_loads_neither_openai_nor_the_storage_nor_the_durable_sdk() -> None:
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
@@ -30,3 +32,18 @@ def test_the_first_storage_open_loads_the_storage_sdks() -> None:
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=True)
     assert set(json.loads(done.stdout.strip().splitlines()[-1])) >= {"azure.storage.blob", "azure.data.tables"}
+
+
+def test_indexing_the_app_does_not_load_the_durable_sdk_but_its_first_episode_does() -> None:
+    probe = PROBE.replace("import function_app", """import function_app
+functions = {f.get_function_name(): f for f in function_app.app.get_functions()}
+print(json.dumps([m for m in ("azure.durable_functions",) if m in sys.modules]))
+try:
+    functions["responses_orchestrator"].get_user_function()("{}")
+except Exception:
+    pass  # not a real history: only the import it triggers matters here""")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    after_indexing, after_episode = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert after_indexing == []
+    assert "azure.durable_functions" in after_episode

@@ -258,7 +258,8 @@ class Engine:
                 planned = await self.plan(response_id)
                 if planned.get("stop"):
                     return {"index": index, **planned}
-            summary = await self._run_phase(response_id, index, deadline)
+            written: list[JsonDict] = []
+            summary = await self._run_phase(response_id, index, deadline, written)
         except BaseException:
             COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise
@@ -267,13 +268,16 @@ class Engine:
         elif finalize and not summary.get("stop") and summary.get("retry_after") is None \
                 and summary.get("phases") == index + 1:
             try:
-                summary["final"] = await self.finalize(response_id, {"status": "completed"})
+                summary["final"] = await self.finalize(response_id, {"status": "completed"}, output=written or None)
             except Exception as exc:  # the orchestrator's finalize step (with its retries) does it instead
                 log.warning("finalize after the last phase failed: %s: %s", type(exc).__name__, exc,
                             extra={"response_id": response_id, "phase": index})
         return summary
 
-    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None) -> JsonDict:
+    async def _run_phase(self, response_id: str, index: int, deadline: float | None = None,
+                         written: list[JsonDict] | None = None) -> JsonDict:
+        """``written``, when given, receives the response's output as this call checkpointed it (every
+        item before the phase, then the phase's own), when the phase streamed and was checkpointed here."""
         storage = self.storage
         remembered = self._as_remembered(response_id, index)
         if remembered is not None:
@@ -367,7 +371,10 @@ class Engine:
         else:
             await storage.items.put_output_items(response_id, index, items.items)
         storage.events.keep_writer(claim.writer)
-        self._remember(_RunMemo(record, request, [*previous, *items.items]))
+        output = [*previous, *items.items]
+        self._remember(_RunMemo(record, request, output))
+        if written is not None:
+            written.extend(output)
         log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
                                       "chars": sum(len(text_of(i)) for i in items.items),
                                       "storage_calls": claim.storage_calls})
@@ -554,10 +561,15 @@ class Engine:
         return stopped, failure, overtime, appender
 
     # -------------------------------------------------------------- finalize
-    async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
-        """Decide the terminal status (CAS) and append the single terminal event (idempotent)."""
+    async def finalize(self, response_id: str, outcome: JsonDict,
+                       output: Sequence[JsonDict] | None = None) -> JsonDict:
+        """Decide the terminal status (CAS) and append the single terminal event (idempotent).
+
+        ``output``: the response's checkpointed output when the caller has just written it (the plan's last
+        phase concluding the run in its own activity): the list storage would return, not read back. Any
+        other caller passes nothing and the checkpoints are read, since a phase may have run elsewhere."""
         storage = self.storage
-        output = await storage.items.list_output_items(response_id)
+        output = list(output) if output is not None else await storage.items.list_output_items(response_id)
         memo = self._runs.pop(response_id, None)
         try:
             record = await self._conclude(response_id, output, str(outcome.get("status", "completed")),

@@ -113,6 +113,27 @@ async def test_a_phase_after_the_first_reads_nothing_while_the_control_snapshot_
         text_of(i) for i in events[-1]["response"]["output"]]
 
 
+async def test_the_last_phase_concludes_without_reading_back_the_output_it_just_checkpointed(
+        storage: Storage, settings: Settings) -> None:
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    rid = await _create(storage, settings)
+    await engine.run_phase(rid, 0, plan=True)
+    await engine.run_phase(rid, 1)
+    before = _calls(storage)
+    summary = await engine.run_phase(rid, 2, finalize=True)
+    assert summary["final"] == {"status": "completed"}
+    # items: the checkpoint write only (the conclusion takes the output this call wrote, not a list query);
+    # responses: the terminal CAS only
+    assert _delta(before, _calls(storage))["items"] == 1
+    assert _delta(before, _calls(storage))["responses"] == 1
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    stored = await storage.items.list_output_items(rid)
+    assert events[-1]["response"]["output"] == stored
+    usage = (await storage.responses.get(rid)).doc["usage"]
+    assert usage["output_tokens"] == sum(estimate_tokens(text_of(item)) for item in stored)
+
+
 async def test_a_phase_run_elsewhere_meanwhile_is_found_and_not_streamed_again(storage: Storage,
                                                                              settings: Settings) -> None:
     here_agent = CountingAgent(settings)

@@ -401,8 +401,8 @@ async def test_a_lock_held_by_a_finished_turn_whose_orchestration_died_is_freed(
     second = await _create(rig, phases=1, delay_ms=0, conversation=conv)
     inner = rig.engine.finalize
 
-    async def finalize_then_die(response_id: str, outcome: dict[str, Any]) -> dict[str, Any]:
-        result = await inner(response_id, outcome)
+    async def finalize_then_die(response_id: str, outcome: dict[str, Any], output: Any = None) -> dict[str, Any]:
+        result = await inner(response_id, outcome, output)
         if response_id == first:
             asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(rig.durable.kill(first, "Failed")))
             await asyncio.sleep(0.1)

@@ -80,8 +80,8 @@ class RacingEngine(Engine):
         result, _ = await asyncio.gather(call, hook())
         return result
 
-    async def finalize(self, response_id: str, outcome: JsonDict) -> JsonDict:
-        return await self._raced((response_id, "finalize"), super().finalize(response_id, outcome))
+    async def finalize(self, response_id: str, outcome: JsonDict, output: Any = None) -> JsonDict:
+        return await self._raced((response_id, "finalize"), super().finalize(response_id, outcome, output))
 
     async def run_phase(self, response_id: str, index: int, **flags: bool) -> JsonDict:
         # the first phase also plans, the last one concludes through ``finalize`` above (its race point)

@@ -139,46 +139,31 @@ class DurableBlueprint(func.Blueprint):
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
 
-    def orchestration_trigger(self, context_name: str, orchestration: str | None = None) -> Callable[[F], Any]:
-        def decorator(fn: F) -> Any:
-            handle = orchestrator_handle(fn)
+    def _adding(self, add: Callable[[Any], None]) -> Callable[[Any], Any]:
+        """A decorator that applies ``add`` to the function's builder (one trigger or binding), as every
+        ``azure-functions`` decorator does through ``_configure_function_builder``."""
 
-            @self._configure_function_builder  # type: ignore[untyped-decorator]
-            def wrap(fb: Any) -> Any:
-                fb.add_trigger(trigger=OrchestrationTrigger(name=context_name, orchestration=orchestration))
-                return fb
-
-            return wrap(handle)
-
-        return decorator
-
-    def activity_trigger(self, input_name: str, activity: str | None = None) -> Callable[[F], Any]:
         @self._configure_function_builder  # type: ignore[untyped-decorator]
         def wrap(fb: Any) -> Any:
-            fb.add_trigger(trigger=ActivityTrigger(name=input_name, activity=activity))
+            add(fb)
             return fb
 
         return wrap  # type: ignore[no-any-return]
 
+    def orchestration_trigger(self, context_name: str, orchestration: str | None = None) -> Callable[[F], Any]:
+        register = self._adding(lambda fb: fb.add_trigger(
+            trigger=OrchestrationTrigger(name=context_name, orchestration=orchestration)))
+        return lambda fn: register(orchestrator_handle(fn))
+
+    def activity_trigger(self, input_name: str, activity: str | None = None) -> Callable[[F], Any]:
+        return self._adding(lambda fb: fb.add_trigger(trigger=ActivityTrigger(name=input_name, activity=activity)))
+
     def entity_trigger(self, context_name: str, entity_name: str | None = None) -> Callable[[F], Any]:
-        def decorator(fn: F) -> Any:
-            handle = entity_handle(fn)
-
-            @self._configure_function_builder  # type: ignore[untyped-decorator]
-            def wrap(fb: Any) -> Any:
-                fb.add_trigger(trigger=EntityTrigger(name=context_name, entity_name=entity_name))
-                return fb
-
-            return wrap(handle)
-
-        return decorator
+        register = self._adding(lambda fb: fb.add_trigger(
+            trigger=EntityTrigger(name=context_name, entity_name=entity_name)))
+        return lambda fn: register(entity_handle(fn))
 
     def durable_client_input(self, client_name: str, task_hub: str | None = None,
                              connection_name: str | None = None) -> Callable[[F], Any]:
-        @self._configure_function_builder  # type: ignore[untyped-decorator]
-        def wrap(fb: Any) -> Any:
-            fb.add_binding(binding=DurableClientBinding(name=client_name, task_hub=task_hub,
-                                                        connection_name=connection_name))
-            return fb
-
-        return wrap  # type: ignore[no-any-return]
+        return self._adding(lambda fb: fb.add_binding(
+            binding=DurableClientBinding(name=client_name, task_hub=task_hub, connection_name=connection_name)))

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from resilient.protocol import errors
-from resilient.protocol.request import CreateResponseRequest
 from resilient.storage.errors import NotFound
 
 if TYPE_CHECKING:
+    from resilient.protocol.request import CreateResponseRequest
     from resilient.storage.factory import Storage
 
 MAX_TURNS_SEARCHED = 50

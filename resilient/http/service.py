@@ -48,13 +48,13 @@ from resilient.protocol import events as ev
 from resilient.protocol.errors import ApiError
 from resilient.protocol.items import text_of
 from resilient.protocol.params import parse_bool, parse_int
-from resilient.protocol.request import CreateResponseRequest, normalize_input_items, parse_create_request
 from resilient.settings import Settings
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed, StorageUnavailable
 from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ReadResult, ResponseRecord
 
 if TYPE_CHECKING:
+    from resilient.protocol.request import CreateResponseRequest
     from resilient.storage.factory import Storage
 
 log = logging.getLogger("resilient.http")
@@ -120,6 +120,10 @@ class ResponsesService:
     async def create(self, body: bytes) -> HttpResult:
         if len(body) > MAX_BODY_BYTES:
             raise errors.payload_too_large(MAX_BODY_BYTES)
+        # The request models (pydantic, ~40 ms to build) load with the first create, not when a new worker
+        # indexes the app: a worker that only runs phases or serves reads never needs them.
+        from resilient.protocol.request import normalize_input_items, parse_create_request
+
         request = parse_create_request(body)
         chain_id, previous = await self._resolve_chain(request)
         continuation = await self._continuation(request, chain_id, previous)

@@ -1,7 +1,8 @@
 """Cold start: importing the app (what every new worker does before it can be indexed) must not load the
-``openai`` types, the storage SDKs or the Durable SDK (with its ``aiohttp`` client). They are needed only for
-validation in tests, at the first storage call and at the first Durable call or episode, and together take
-more than a second to import. Checked in a fresh interpreter (not timed)."""
+``openai`` types, the storage SDKs, the Durable SDK (with its ``aiohttp`` client) or the app's request models.
+They are needed only for validation in tests, at the first storage call, at the first Durable call or
+episode and at the first create, and together take more than a second to import. Checked in a fresh
+interpreter (not timed)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAZY = ("openai", "azure.storage.blob", "azure.data.tables", "azure.identity", "azure.durable_functions",
-        "aiohttp")
+        "aiohttp", "resilient.protocol.request")
 
 PROBE = f"""
 import json, sys

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import azure.functions as func
 from azure.functions.decorators.core import InputBinding, Trigger
 
+from resilient.functions import durable_timestamps
+
 if TYPE_CHECKING:
     import azure.durable_functions as df
 
@@ -93,6 +95,7 @@ class DurableClient:
         if self._client is None:
             from azure.durable_functions import DurableOrchestrationClient
 
+            durable_timestamps.install()
             self._client = DurableOrchestrationClient(self._binding)
         return self._client
 
@@ -105,6 +108,7 @@ def orchestrator_handle(fn: Callable[[Any], Generator[Any, Any, Any]]) -> Callab
         if not built:
             from azure.durable_functions.orchestrator import Orchestrator
 
+            durable_timestamps.install()
             built.append(Orchestrator.create(fn))
         return built[0](context)
 

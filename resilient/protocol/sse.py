@@ -27,8 +27,12 @@ _DATA = b"data: "
 _END = b"\n\n"
 
 
+# One encoder for every frame: ``json.dumps`` with options builds a new encoder per call (~3 µs of ~10).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def encode_frame(event: dict[str, Any]) -> bytes:

@@ -28,9 +28,12 @@ from resilient.storage.ports import JsonDict
 DEFAULT_THRESHOLD_UNITS = 30_000
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
+
+
 def dumps(value: Any) -> str:
     """Compact JSON, as stored everywhere in this package."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def utf16_units(text: str) -> int:

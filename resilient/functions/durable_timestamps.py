@@ -2,15 +2,16 @@
 
 Why: the SDK builds a ``HistoryEvent`` for every event of the history on every orchestrator episode and
 parses its ``Timestamp`` with ``dateutil.parser.parse``, about 130 µs each here. An episode replays the
-whole history, so this was most of the SDK's time in the worker (~7 % of the worker's CPU for a 3-phase
-run; see docs/PERFORMANCE.md). The host sends .NET round-trip timestamps
+whole history, so this was most of the SDK's time in the worker: ``bench/replay_cost.py`` measures a
+3-phase run's replays at 2.6x less CPU with this (docs/PERFORMANCE.md). The host sends .NET round-trip timestamps
 (``2026-12-01T23:18:26.1234567Z``), which ``datetime.fromisoformat`` parses to the same value (same
 instant, same offset, the same truncation to microseconds) in under a microsecond. Any other text, or a
 call with parser options, still goes to ``dateutil``; ``tests/unit/test_durable_timestamps.py`` checks the
 two agree on every round-trip form.
 
 The SDK's modules import ``dateutil``'s ``parse`` under the name ``dt_parse``; :func:`install` points that
-name at :func:`parse_timestamp`. It runs when the SDK is first loaded (``durable_bindings``).
+name at :func:`parse_timestamp`. It runs when the SDK is first loaded (``durable_bindings``); episodes on
+other threads may see either parser meanwhile, which is harmless since both give the same values.
 """
 
 from __future__ import annotations

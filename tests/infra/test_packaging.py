@@ -9,6 +9,7 @@ default only when there is none).
 
 from __future__ import annotations
 
+import compileall
 import importlib.util
 import os
 import shutil
@@ -68,8 +69,11 @@ def test_the_script_reads_the_deployed_python_version_from_infra() -> None:
     assert _script().deployed_python_version(ROOT) == (3, 13)
 
 
-def test_every_app_module_gets_hash_checked_bytecode(tmp_path: Path) -> None:
+@pytest.mark.parametrize("left_by_a_local_run", [False, True])
+def test_every_app_module_gets_hash_checked_bytecode(tmp_path: Path, left_by_a_local_run: bool) -> None:
     _copy_app(tmp_path)
+    if left_by_a_local_run:  # what importing the app locally leaves: timestamp bytecode, "up to date"
+        compileall.compile_dir(tmp_path, quiet=1)
     assert _script().main(tmp_path) == 0
     tag = sys.implementation.cache_tag
     missing, unchecked = [], []

@@ -71,6 +71,34 @@ async def test_paging_reads_only_what_it_needs(storage: Storage, rid: str) -> No
         assert len(page.data) == 5 and page.has_more
 
 
+async def test_one_item_put_is_one_write_and_lists_both_ways(storage: Storage, rid: str) -> None:
+    store = storage.items
+    assert isinstance(store, TableItemStore)
+    before = store.storage_calls
+    await store.put_input_items(rid, [_item(7)])
+    assert store.storage_calls - before == 1  # one entity write, no transaction and no count row
+    rows = [row async for row in store._table.query_entities("PartitionKey eq @pk", parameters={"pk": rid})]
+    assert [row["RowKey"] for row in rows] == ["i-000000"]
+    for order in ("asc", "desc"):
+        before = store.storage_calls
+        page = await store.list_input_items(rid, after=None, limit=5, order=order)  # type: ignore[arg-type]
+        assert page.data == [_item(7)] and not page.has_more, order
+        assert store.storage_calls - before == (1 if order == "asc" else 2), order
+        after = await store.list_input_items(rid, after="msg_0007", limit=5, order=order)  # type: ignore[arg-type]
+        assert after.data == [] and not after.has_more, order
+
+
+async def test_multi_item_put_without_its_count_row_lists_nothing_descending(storage: Storage, rid: str) -> None:
+    """A multi-item put writes its count row last: until then its first row carries no count, so a
+    descending listing cannot mistake it for a one-item put and show one item of several."""
+    store = storage.items
+    assert isinstance(store, TableItemStore)
+    await store.put_input_items(rid, [_item(1), _item(2)])
+    await store._table.delete_entity(rid, "n")  # as if the put were still being written
+    page = await store.list_input_items(rid, after=None, limit=5, order="desc")
+    assert page.data == [] and not page.has_more
+
+
 async def test_unknown_after_is_not_found(storage: Storage, rid: str) -> None:
     await storage.items.put_input_items(rid, [_item(1)])
     with pytest.raises(NotFound):

@@ -280,6 +280,12 @@ def test_hostile_text_is_stored_verbatim_or_refused(http: httpx.Client, text: st
                                   "multipart/form-data; boundary=x", "application/json; charset=latin-1",
                                   "", "application/octet-stream", "*/*", "application/json\x7f"]))
 def test_create_with_bytes_that_are_not_json(http: httpx.Client, body: bytes, content_type: str) -> None:
+    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in content_type):
+        # Not an HTTP field value: the HTTP server answers 400 before any app code runs, as the real host's
+        # Kestrel does (it refuses control characters other than HTAB, and DEL, in header values).
+        with http.stream("POST", "/responses", content=body, headers={"content-type": content_type}) as answer:
+            assert answer.status_code == 400
+        return
     send(http, "POST", "/responses", content=body, headers={"content-type": content_type})
 
 

@@ -6,7 +6,7 @@ items (phase index; each output item is that phase's checkpoint), and one ``n`` 
 number of input items so a descending page can be range-read without scanning the partition. A put of
 one input item (most turns) writes its row alone, with ``count`` on it: a single entity write instead of
 a table transaction, whose multipart request and response the SDK builds and parses with the standard
-library's ``email`` package (~5 ms of CPU more per call, measured against Azurite).
+library's ``email`` package (~5 ms of CPU more per call against Azurite: ``bench/call_cost.py``).
 The item JSON is in ``body``/``body_blob`` (spilled when large, see :mod:`.spill`), its id in
 ``item_id`` (so ``after=<item id>`` can be found by a filter).
 """
@@ -74,13 +74,6 @@ class TableItemStore:
         ids = [validate_id(item.get("id") if isinstance(item, dict) else None, param="item id") for item in items]
         if len(set(ids)) != len(ids):
             raise ValueError("input item ids must be unique")
-        if len(items) == 1:  # its own count: one row is written whole or not at all
-            self.storage_calls += 1
-            await self._table.upsert_entity(
-                {"PartitionKey": rid, "RowKey": input_key(0), "item_id": ids[0], _ONLY_ROW_COUNT: 1,
-                 **await self._spill.pack(rid, "body", input_key(0), items[0])},
-                mode=UpdateMode.REPLACE)
-            return
         entities: list[dict[str, Any]] = []
         for position, (item_id, item) in enumerate(zip(ids, items, strict=True)):
             key = input_key(position)
@@ -92,6 +85,10 @@ class TableItemStore:
                     **await self._spill.pack(rid, "body", key, item),
                 }
             )
+        if len(entities) == 1:  # its own count: one row is written whole or not at all
+            self.storage_calls += 1
+            await self._table.upsert_entity({**entities[0], _ONLY_ROW_COUNT: 1}, mode=UpdateMode.REPLACE)
+            return
         # The count row goes last: a reader that sees it sees every item row of the same put.
         entities.append({"PartitionKey": rid, "RowKey": _COUNT_ROW, "count": len(items)})
         await self._upsert_batches(entities)

@@ -31,7 +31,8 @@ _END = b"\n\n"
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-def _json(value: dict[str, Any]) -> str:
+def compact_json(value: Any) -> str:
+    """Compact, single-line JSON (non-ASCII kept as is): SSE frames, and what storage keeps."""
     return _ENCODER.encode(value)
 
 
@@ -43,7 +44,7 @@ def encode_frame(event: dict[str, Any]) -> bytes:
         raise ValueError(f"event needs a one-line string 'type', got {event_type!r}")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise ValueError(f"event needs a non-negative int 'sequence_number', got {seq!r}")
-    return f"event: {event_type}\nid: {seq}\ndata: {_json(event)}\n\n".encode()
+    return f"event: {event_type}\nid: {seq}\ndata: {compact_json(event)}\n\n".encode()
 
 
 def parse_frame(frame: bytes) -> tuple[int, str, bytes]:
@@ -84,4 +85,4 @@ def error_frame(api_error: ApiError, sequence_number: int) -> bytes:
         "param": api_error.param,
         "sequence_number": sequence_number,
     }
-    return f"event: error\ndata: {_json(data)}\n\n".encode()
+    return f"event: error\ndata: {compact_json(data)}\n\n".encode()

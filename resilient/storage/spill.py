@@ -20,6 +20,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob.aio import ContainerClient
 
+from resilient.protocol.sse import compact_json
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import JsonDict
 
@@ -28,12 +29,9 @@ from resilient.storage.ports import JsonDict
 DEFAULT_THRESHOLD_UNITS = 30_000
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
-
-
 def dumps(value: Any) -> str:
-    """Compact JSON, as stored everywhere in this package."""
-    return _ENCODER.encode(value)
+    """Compact JSON, as stored everywhere in this package (the same bytes as an SSE frame's data)."""
+    return compact_json(value)
 
 
 def utf16_units(text: str) -> int:

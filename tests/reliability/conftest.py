@@ -218,6 +218,8 @@ class CrashRun:
     notes: list[str] = field(default_factory=list)
     orchestration: str | None = None  # the Durable runtimeStatus once the run ended
     app: AppLog = field(default_factory=AppLog)
+    log_excerpt: str = ""  # the double's log lines about this run and the worker's lifecycle, for a failure
+
 
     def delta(self, counter: str, name: str) -> int:
         return int(self.stats_after[counter].get(name, 0)) - int(self.stats_before[counter].get(name, 0))
@@ -278,8 +280,21 @@ def finish_run(client: OpenAI, double: HostDouble, response_id: str, events: lis
         events += more
         notes += extra
     orchestration = settle(double, response_id)
+    log = double.log()
     return CrashRun(response_id, events, len(kill_after), before, double.stats(), kill_after, notes, orchestration,
-                    AppLog.of(double.log(), response_id))
+                    AppLog.of(log, response_id), log_excerpt(log, response_id))
+
+
+LIFECYCLE = ("worker generation", "kill armed", "restarting the worker", "function timeout", "re-delivering",
+             "Exceeded language worker")
+
+
+def log_excerpt(log: str, response_id: str, limit: int = 80) -> str:
+    """The lines a reader of a failed check needs: every line naming the response, and the worker's
+    lifecycle (starts, kills, restarts, timeouts). A crash test's failure is often load-dependent and
+    does not reproduce alone, so its evidence has to travel with the assertion."""
+    lines = [line for line in log.splitlines() if response_id in line or any(word in line for word in LIFECYCLE)]
+    return "\n".join(lines[-limit:])
 
 
 FREE_LOCK = {"active": None, "queue": []}
@@ -336,7 +351,7 @@ def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any], *, host_st
     try:
         final = client.responses.retrieve(run.response_id)
     except openai.APIError as error:
-        return [*problems, f"GET /responses/{{id}} failed: {error!r}"]
+        return with_evidence([*problems, f"GET /responses/{{id}} failed: {error!r}"], run)
     if final.status != "completed":
         problems.append(f"final status {final.status}")
     clean_final = clean_events[-1].response
@@ -352,7 +367,12 @@ def check_run(client: OpenAI, run: CrashRun, clean_events: list[Any], *, host_st
     if events and events[-1].type == "response.completed" and texts(events[-1].response.output) != texts(
             final.output):
         problems.append("terminal event's response.output differs from GET /responses/{id}")
-    return problems
+    return with_evidence(problems, run)
+
+
+def with_evidence(problems: list[str], run: CrashRun) -> list[str]:
+    """``problems`` plus, when there are any, the run's log excerpt (a failing check is its own report)."""
+    return [*problems, f"log excerpt:\n{run.log_excerpt}"] if problems else problems
 
 
 def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:

@@ -54,11 +54,13 @@ from tests.reliability.conftest import (
     double_env,
     finish_run,
     follow,
+    log_excerpt,
     make_client,
     read_events,
     settle,
     start_run,
     texts,
+    with_evidence,
 )
 from tests.reliability.tcpproxy import TcpProxy
 from tests.scenario.conftest import ROOT, knobs
@@ -195,6 +197,19 @@ def test_the_phase_work_check_flags_more_repeated_phases_than_kills() -> None:
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES + 1, 1, 0))) != []  # a finished phase re-streamed
     log = "x | phase done | response_id=resp_x phase=0\nphase done | response_id=resp_xy phase=0\n"
     assert AppLog.of(log + "recovering phase | response_id=resp_x phase=1", "resp_x") == AppLog(1, 1, 0)
+
+
+def test_a_failed_check_carries_the_runs_log_lines() -> None:
+    """A crash check that fails under load alone must report what happened: the lines naming the response
+    and the worker's lifecycle go with the problems; a passing check stays an empty list."""
+    log = ("worker generation 2 started (pid 7)\nresp_y: Function 'run_phase (Activity)' failed with an error.\n"
+           "resp_x: Function 'run_phase (Activity)' failed with an error. Reason: boom\nunrelated line\n")
+    excerpt = log_excerpt(log, "resp_x")
+    assert excerpt.splitlines() == ["worker generation 2 started (pid 7)",
+                                    "resp_x: Function 'run_phase (Activity)' failed with an error. Reason: boom"]
+    run = CrashRun("resp_x", [], 1, {}, {}, [3], log_excerpt=excerpt)
+    assert with_evidence([], run) == []
+    assert with_evidence(["R3 too many"], run) == ["R3 too many", f"log excerpt:\n{excerpt}"]
 
 
 # ------------------------------------------------------------------ the real host's other crash semantics

@@ -658,6 +658,9 @@ class DurableRuntime:
                 result = new_event(TASK_COMPLETED, TaskScheduledId=seq, Result=outcome.body.get("result"))
             else:
                 reason, details = activity_failure(name, outcome)
+                # the Durable extension's EndToEndTraceHelper.FunctionFailed line, with the instance id
+                self.log(f"{envelope.instance_id}: Function '{name} (Activity)' failed with an error. "
+                         f"Reason: {reason.splitlines()[0] if reason else ''}")
                 if isinstance(outcome, WorkerExited):
                     self.counters.activity_failures_worker_exit[name] += 1
                 elif isinstance(outcome, TimedOut):

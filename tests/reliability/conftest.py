@@ -219,6 +219,7 @@ class CrashRun:
     orchestration: str | None = None  # the Durable runtimeStatus once the run ended
     app: AppLog = field(default_factory=AppLog)
     log_excerpt: str = ""  # the double's log lines about this run and the worker's lifecycle, for a failure
+    finalized_before_exit: bool = False  # the app logged the run's end before its episode died with the worker
 
 
     def delta(self, counter: str, name: str) -> int:
@@ -281,20 +282,41 @@ def finish_run(client: OpenAI, double: HostDouble, response_id: str, events: lis
         notes += extra
     orchestration = settle(double, response_id)
     log = double.log()
+    lines = run_lines(log, response_id)
     return CrashRun(response_id, events, len(kill_after), before, double.stats(), kill_after, notes, orchestration,
-                    AppLog.of(log, response_id), log_excerpt(log, response_id))
+                    AppLog.of(log, response_id), log_excerpt(log, response_id),
+                    finalized_before_exit(lines, response_id))
 
 
 LIFECYCLE = ("worker generation", "kill armed", "restarting the worker", "function timeout", "re-delivering",
              "Exceeded language worker")
+EPISODE_DIED = "orchestrator episode in flight when the worker died"  # the double's line (durable/runtime.py)
+
+
+def run_lines(log: str, response_id: str) -> list[str]:
+    """The log lines a run's checks read: from the first line naming the response on (a double serves many
+    runs, and earlier runs' kills are not this run's), those naming it and the worker's lifecycle lines."""
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if response_id in line), len(lines))
+    return [line for line in lines[first:] if response_id in line or any(word in line for word in LIFECYCLE)]
 
 
 def log_excerpt(log: str, response_id: str, limit: int = 80) -> str:
     """The lines a reader of a failed check needs: every line naming the response, and the worker's
-    lifecycle (starts, kills, restarts, timeouts). A crash test's failure is often load-dependent and
-    does not reproduce alone, so its evidence has to travel with the assertion."""
-    lines = [line for line in log.splitlines() if response_id in line or any(word in line for word in LIFECYCLE)]
-    return "\n".join(lines[-limit:])
+    lifecycle (starts, kills, restarts, timeouts) from the run's start. A crash test's failure is often
+    load-dependent and does not reproduce alone, so its evidence has to travel with the assertion."""
+    return "\n".join(run_lines(log, response_id)[-limit:])
+
+
+def finalized_before_exit(lines: list[str], response_id: str) -> bool:
+    """The app logged the run's terminal status (``finalized``) before the host logged the run's
+    orchestrator episode failed by the worker's exit: the run was over in storage when its episode died,
+    even if the client had not read the terminal event yet. The worker writes its line before it can die
+    and the host logs the failure after it, so a reordering of the two (the pipe from the worker read late)
+    can only make this False."""
+    ended = next((i for i, line in enumerate(lines) if f"finalized | response_id={response_id}" in line), None)
+    died = [i for i, line in enumerate(lines) if f"instance {response_id} " in line and EPISODE_DIED in line]
+    return ended is not None and bool(died) and ended < died[-1]
 
 
 FREE_LOCK = {"active": None, "queue": []}
@@ -405,12 +427,14 @@ def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:
 
 
 def _over_before_the_kill(run: CrashRun) -> bool:
-    """The client had the terminal event before the (last) kill: the run was over, and a kill in the
-    orchestrator's episode after finalize leaves a Failed orchestration of a completed response, which
-    the repair path rightly leaves alone (a chain lock it still held is freed by the next turn's lock
-    recheck)."""
+    """The run was over before the (last) kill: a kill in the orchestrator's episode after finalize leaves
+    a Failed orchestration of a completed response, which the repair path rightly leaves alone (a chain
+    lock it still held is freed by the next turn's lock recheck). Over means the client had the terminal
+    event before the kill, or the app had logged the run's end before the worker died (the client read the
+    event just before the terminal one and the kill came while the terminal one was on its way)."""
     last_kill = max(run.kill_after, default=-1)
-    return any(e.type in TERMINAL and e.sequence_number <= last_kill for e in run.events)
+    seen = any(e.type in TERMINAL and e.sequence_number <= last_kill for e in run.events)
+    return seen or run.finalized_before_exit
 
 
 def _resets(events: list[Any]) -> list[int]:

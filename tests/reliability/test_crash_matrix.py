@@ -52,6 +52,7 @@ from tests.reliability.conftest import (
     crash_run,
     default_storage,
     double_env,
+    finalized_before_exit,
     finish_run,
     follow,
     log_excerpt,
@@ -202,14 +203,33 @@ def test_the_phase_work_check_flags_more_repeated_phases_than_kills() -> None:
 def test_a_failed_check_carries_the_runs_log_lines() -> None:
     """A crash check that fails under load alone must report what happened: the lines naming the response
     and the worker's lifecycle go with the problems; a passing check stays an empty list."""
-    log = ("worker generation 2 started (pid 7)\nresp_y: Function 'run_phase (Activity)' failed with an error.\n"
+    log = ("created | response_id=resp_x\nworker generation 2 started (pid 7)\n"
+           "resp_y: Function 'run_phase (Activity)' failed with an error.\n"
            "resp_x: Function 'run_phase (Activity)' failed with an error. Reason: boom\nunrelated line\n")
     excerpt = log_excerpt(log, "resp_x")
-    assert excerpt.splitlines() == ["worker generation 2 started (pid 7)",
+    assert excerpt.splitlines() == ["created | response_id=resp_x", "worker generation 2 started (pid 7)",
                                     "resp_x: Function 'run_phase (Activity)' failed with an error. Reason: boom"]
     run = CrashRun("resp_x", [], 1, {}, {}, [3], log_excerpt=excerpt)
     assert with_evidence([], run) == []
     assert with_evidence(["R3 too many"], run) == ["R3 too many", f"log excerpt:\n{excerpt}"]
+    earlier_run = "worker generation 1 (pid 5): python exited with code 137 (0x89)\n"
+    assert log_excerpt(earlier_run + log, "resp_x") == excerpt  # lines before the run's first are not its own
+
+
+def test_a_run_is_over_before_the_kill_only_if_it_ended_before_its_episode_died() -> None:
+    """The Failed-orchestration exemption: the app's ``finalized`` line must come before the host's line
+    saying the run's orchestrator episode died with the worker; a run that ended after it (or never), or
+    whose orchestration failed without a worker exit, is not exempt."""
+    ended = "x finalized | response_id=resp_x status=completed"
+    died = ("[hostdouble] instance resp_x (responses_orchestrator): orchestrator episode in flight when the "
+            "worker died: Failed (python exited with code 17 (0x11))")
+    started = "[hostdouble] worker generation 3 started (pid 10)"
+    assert finalized_before_exit([ended, died, started], "resp_x")
+    assert not finalized_before_exit([died, started, ended], "resp_x")
+    assert not finalized_before_exit([died, started], "resp_x")
+    assert not finalized_before_exit([ended.replace("resp_x", "resp_y"), died], "resp_x")
+    assert not finalized_before_exit([ended, died.replace("resp_x", "resp_y")], "resp_x")
+    assert not finalized_before_exit([ended, started], "resp_x")  # Failed, but not by a worker exit
 
 
 # ------------------------------------------------------------------ the real host's other crash semantics

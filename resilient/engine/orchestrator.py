@@ -33,7 +33,8 @@ acquire        the run is finalized ``failed`` and leaves the queue (``remove``;
                got is passed on)
 mark_queued    ignored: ``response.queued`` is informational
 wait for grant bounded by a timer: re-``acquire`` (idempotent, so a lost ``lock_granted`` is healed) and
-               inspect the holder; a holder whose run is over is released on its behalf
+               inspect the holder; a holder whose run is over is released on its behalf (at once, before
+               waiting, when the create saw nothing unfinished ahead: ``nothing_ahead`` in the input)
 run_phase      the run is finalized ``failed`` (the first one plans, the last one concludes the run
                when it ends without a stop: a step fewer each; see :meth:`_Run.work`)
 finalize       the lock is still released; the orchestration ends with ``status: unfinalized`` and the
@@ -73,6 +74,9 @@ LOCK_GRANTED_EVENT = "lock_granted"
 CANCEL_EVENT = "cancel"
 CLIENT_DONE_EVENT = "client_done"
 FORGET_AFTER_KEY = "forget_after_seconds"  # in the input of a store=false run: the grace in seconds
+# In the input of a chained turn whose create found no unfinished turn ahead of it: a lock held by another
+# turn then most likely belongs to a finished one whose orchestration died before releasing it.
+NOTHING_AHEAD_KEY = "nothing_ahead"
 FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
@@ -216,13 +220,21 @@ class _Run:
             removal = yield from self.entity("remove")
             yield from self.wake(removal)
 
-    def take_lock(self) -> Generator[Any, Any, str]:
+    def take_lock(self, nothing_ahead: bool = False) -> Generator[Any, Any, str]:
         """Acquire the chain lock, waiting in the queue if another turn holds it.
-        Returns ``granted``, ``cancelled`` (a cancel came while queued) or ``failed``."""
+        Returns ``granted``, ``cancelled`` (a cancel came while queued) or ``failed``.
+
+        ``nothing_ahead``: the create saw no unfinished turn on the chain, so a holder is most likely a
+        finished turn whose orchestration died after its finalize (the real host fails an orchestration
+        whose episode dies with the worker); it is inspected at once, not after the first recheck timer
+        (15 s during which the new turn would show ``queued`` behind nobody). A holder still running (a
+        turn created meanwhile) costs one inspection, and the turn waits as usual."""
         answer = yield from self.entity("acquire")
         if answer is None:
             return "failed"
         if answer.get("state") != "queued":
+            return "granted"
+        if nothing_ahead and (yield from self.free_if_over(answer)):
             return "granted"
         self.context.set_custom_status({"response_id": self.response_id, "state": "queued"})
         yield from self.try_call(MARK_QUEUED, {"response_id": self.response_id})
@@ -250,6 +262,11 @@ class _Run:
             return False
         if answer.get("state") == "granted":
             return True
+        return (yield from self.free_if_over(answer))
+
+    def free_if_over(self, answer: JsonDict) -> Generator[Any, Any, bool]:
+        """A queued ``acquire`` answer names the holder: if its run is over, release on its behalf and hand
+        the lock on. True when it comes to this turn."""
         holder = answer.get("active")
         if not holder or holder == self.response_id:
             return False
@@ -352,7 +369,7 @@ def _respond(run: _Run, args: JsonDict) -> Generator[Any, Any, JsonDict]:
             return final
 
     if run.lock is not None:
-        got = yield from run.take_lock()
+        got = yield from run.take_lock(nothing_ahead=bool(args.get(NOTHING_AHEAD_KEY)))
         if got == "cancelled":
             # S4: leave the queue; the running turn is untouched. A grant that raced the cancel is
             # handed on by the entity's remove operation (it answers with the next turn to wake).

@@ -429,7 +429,7 @@ def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:
 def _over_before_the_kill(run: CrashRun) -> bool:
     """The run was over before the (last) kill: a kill in the orchestrator's episode after finalize leaves
     a Failed orchestration of a completed response, which the repair path rightly leaves alone (a chain
-    lock it still held is freed by the next turn's lock recheck). Over means the client had the terminal
+    lock it still held is freed by the next turn on the chain). Over means the client had the terminal
     event before the kill, or the app had logged the run's end before the worker died (the client read the
     event just before the terminal one and the kill came while the terminal one was on its way)."""
     last_kill = max(run.kill_after, default=-1)

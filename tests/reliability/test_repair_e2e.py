@@ -20,6 +20,7 @@ Last: with a short ``RESILIENT_STREAM_MAX_SECONDS`` a stream ends cleanly withou
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import Any
@@ -28,6 +29,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from resilient.engine import orchestrator as orch
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import (
     FREE_LOCK,
@@ -113,6 +115,42 @@ def test_a_waiting_turn_gets_its_dead_holder_resumed_and_then_runs(client: OpenA
     assert settle(double, events[0].response.id) == "Completed"
     assert chain_lock_once_free(double, conversation) == FREE_LOCK
 
+
+
+def test_a_turn_behind_a_finished_holder_that_never_released_runs_at_once(
+        client: OpenAI, double: HostDouble) -> None:
+    """On the real host an orchestration whose episode dies with the worker is Failed for good, also the
+    episode right after the run's finalize: the turn is complete, but the chain lock still names it, and the
+    repair path leaves a finished run alone. The next turn's create sees nothing unfinished ahead of it, so
+    its orchestration frees that lock at once: it is never shown ``queued`` and does not wait for its first
+    lock recheck (15 s)."""
+    conversation = "conv_" + secrets.token_hex(8)
+    first = client.responses.create(model="m", input=QUESTION, conversation=conversation, metadata=knobs(1, 4, 0))
+    assert first.status == "completed"
+    assert settle(double, first.id) == "Completed"
+    assert chain_lock_once_free(double, conversation) == FREE_LOCK
+    # The lock as that Failed orchestration leaves it: still held by the finished turn. (The input goes as
+    # JSON text, as the SDK's own signal_entity encodes it; the Python SDK decodes an entity's input twice.)
+    signal = httpx.post(f"{double.durable_url}/entities/chain_lock/{conversation}?op=acquire",
+                        json=json.dumps({"response_id": first.id}), timeout=10)
+    assert signal.status_code == 202
+    deadline = time.monotonic() + 30.0
+    while httpx.get(f"{double.durable_url}/entities/chain_lock/{conversation}", timeout=10).json().get(
+            "active") != first.id:
+        assert time.monotonic() < deadline, "the signalled acquire never landed"
+        time.sleep(0.1)
+    started = time.monotonic()
+    follow_up = client.responses.create(model="m", input="and then?", stream=True, background=True,
+                                        conversation=conversation, metadata=knobs(1, 4, 0))
+    with follow_up:
+        events, broken = read_events(follow_up)
+    took = time.monotonic() - started
+    kinds = [e.type for e in events]
+    assert not broken and kinds[-1] == "response.completed", kinds[-3:]
+    assert "response.queued" not in kinds
+    assert took < orch.LOCK_RECHECK_SECONDS[0], f"{took:.1f} s: the turn waited for a lock recheck"
+    assert settle(double, events[0].response.id) == "Completed"
+    assert chain_lock_once_free(double, conversation) == FREE_LOCK
 
 
 def test_a_stream_past_its_time_limit_ends_cleanly_and_reconnecting_continues_it() -> None:

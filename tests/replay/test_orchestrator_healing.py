@@ -289,6 +289,41 @@ def test_recheck_releases_a_lock_held_by_a_turn_whose_run_is_over(handle: Any) -
     assert script.entity_inputs[-1] == ("release", {"response_id": RID})
 
 
+def test_a_turn_with_nothing_ahead_frees_a_finished_holder_at_once(handle: Any) -> None:
+    """The create saw no unfinished turn ahead, yet the lock is held (the holder's orchestration died after
+    its finalize): the holder is inspected and released right after the queued answer, no recheck timer,
+    and the turn is never marked queued."""
+    script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_old"},
+                            "release": [{"released": True, "next": RID}, {"released": True, "next": None}]},
+                    inspect={"status": "completed", "over": True})
+    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
+    episode = drive(replay, script)
+    assert episode.output == {"status": "completed"}
+    names = _names(episode.actions)
+    assert names[:4] == ["entity:acquire", "inspect_response", "entity:release", "run_phase:0"]
+    assert _activity(episode.actions[1])[1] == {"response_id": "resp_old"}
+    assert script.entity_inputs[1] == ("release", {"response_id": "resp_old"})
+    assert "mark_queued" not in names and replay.timer_delays() == []
+
+
+def test_a_turn_with_nothing_ahead_still_waits_for_a_running_holder(handle: Any) -> None:
+    """A holder that is still running (a turn created after this one's create looked): one inspection,
+    then the usual queue: marked queued, waiting for the grant with the first recheck timer."""
+    script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_busy"}},
+                    inspect={"status": "in_progress", "over": False})
+    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
+
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        return None if kind == ActionType.CREATE_TIMER else script(kind, action, position)
+
+    waiting = drive(replay, respond)
+    assert not waiting.is_done
+    assert _names(waiting.actions) == ["entity:acquire", "inspect_response", "mark_queued", "wait:lock_granted",
+                                       "wait:cancel", "timer"]
+    assert "entity:release" not in _names(waiting.actions)
+    assert replay.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0]]
+
+
 def test_recheck_hands_a_stale_lock_to_the_turn_ahead_and_keeps_waiting(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "queued", "position": 2, "active": "resp_old"},
                             "release": {"released": True, "next": "resp_ahead"}},

@@ -219,8 +219,7 @@ class CrashRun:
     orchestration: str | None = None  # the Durable runtimeStatus once the run ended
     app: AppLog = field(default_factory=AppLog)
     log_excerpt: str = ""  # the double's log lines about this run and the worker's lifecycle, for a failure
-    finalized_before_exit: bool = False  # the app logged the run's end before its episode died with the worker
-
+    ended_before_episode_died: bool = False  # the app logged the run's end before its episode died with the worker
 
     def delta(self, counter: str, name: str) -> int:
         return int(self.stats_after[counter].get(name, 0)) - int(self.stats_before[counter].get(name, 0))
@@ -284,8 +283,7 @@ def finish_run(client: OpenAI, double: HostDouble, response_id: str, events: lis
     log = double.log()
     lines = run_lines(log, response_id)
     return CrashRun(response_id, events, len(kill_after), before, double.stats(), kill_after, notes, orchestration,
-                    AppLog.of(log, response_id), log_excerpt(log, response_id),
-                    finalized_before_exit(lines, response_id))
+                    AppLog.of(log, response_id), log_excerpt(lines), ended_before_episode_died(lines, response_id))
 
 
 LIFECYCLE = ("worker generation", "kill armed", "restarting the worker", "function timeout", "re-delivering",
@@ -301,14 +299,13 @@ def run_lines(log: str, response_id: str) -> list[str]:
     return [line for line in lines[first:] if response_id in line or any(word in line for word in LIFECYCLE)]
 
 
-def log_excerpt(log: str, response_id: str, limit: int = 80) -> str:
-    """The lines a reader of a failed check needs: every line naming the response, and the worker's
-    lifecycle (starts, kills, restarts, timeouts) from the run's start. A crash test's failure is often
-    load-dependent and does not reproduce alone, so its evidence has to travel with the assertion."""
-    return "\n".join(run_lines(log, response_id)[-limit:])
+def log_excerpt(lines: list[str], limit: int = 80) -> str:
+    """The last of a run's lines (:func:`run_lines`), for a reader of a failed check. A crash test's failure
+    is often load-dependent and does not reproduce alone, so its evidence has to travel with the assertion."""
+    return "\n".join(lines[-limit:])
 
 
-def finalized_before_exit(lines: list[str], response_id: str) -> bool:
+def ended_before_episode_died(lines: list[str], response_id: str) -> bool:
     """The app logged the run's terminal status (``finalized``) before the host logged the run's
     orchestrator episode failed by the worker's exit: the run was over in storage when its episode died,
     even if the client had not read the terminal event yet. The worker writes its line before it can die
@@ -434,7 +431,7 @@ def _over_before_the_kill(run: CrashRun) -> bool:
     event just before the terminal one and the kill came while the terminal one was on its way)."""
     last_kill = max(run.kill_after, default=-1)
     seen = any(e.type in TERMINAL and e.sequence_number <= last_kill for e in run.events)
-    return seen or run.finalized_before_exit
+    return seen or run.ended_before_episode_died
 
 
 def _resets(events: list[Any]) -> list[int]:

@@ -52,12 +52,13 @@ from tests.reliability.conftest import (
     crash_run,
     default_storage,
     double_env,
-    finalized_before_exit,
+    ended_before_episode_died,
     finish_run,
     follow,
     log_excerpt,
     make_client,
     read_events,
+    run_lines,
     settle,
     start_run,
     texts,
@@ -206,14 +207,14 @@ def test_a_failed_check_carries_the_runs_log_lines() -> None:
     log = ("created | response_id=resp_x\nworker generation 2 started (pid 7)\n"
            "resp_y: Function 'run_phase (Activity)' failed with an error.\n"
            "resp_x: Function 'run_phase (Activity)' failed with an error. Reason: boom\nunrelated line\n")
-    excerpt = log_excerpt(log, "resp_x")
+    excerpt = log_excerpt(run_lines(log, "resp_x"))
     assert excerpt.splitlines() == ["created | response_id=resp_x", "worker generation 2 started (pid 7)",
                                     "resp_x: Function 'run_phase (Activity)' failed with an error. Reason: boom"]
     run = CrashRun("resp_x", [], 1, {}, {}, [3], log_excerpt=excerpt)
     assert with_evidence([], run) == []
     assert with_evidence(["R3 too many"], run) == ["R3 too many", f"log excerpt:\n{excerpt}"]
     earlier_run = "worker generation 1 (pid 5): python exited with code 137 (0x89)\n"
-    assert log_excerpt(earlier_run + log, "resp_x") == excerpt  # lines before the run's first are not its own
+    assert log_excerpt(run_lines(earlier_run + log, "resp_x")) == excerpt  # earlier lines are not the run's
 
 
 def test_a_run_is_over_before_the_kill_only_if_it_ended_before_its_episode_died() -> None:
@@ -224,12 +225,12 @@ def test_a_run_is_over_before_the_kill_only_if_it_ended_before_its_episode_died(
     died = ("[hostdouble] instance resp_x (responses_orchestrator): orchestrator episode in flight when the "
             "worker died: Failed (python exited with code 17 (0x11))")
     started = "[hostdouble] worker generation 3 started (pid 10)"
-    assert finalized_before_exit([ended, died, started], "resp_x")
-    assert not finalized_before_exit([died, started, ended], "resp_x")
-    assert not finalized_before_exit([died, started], "resp_x")
-    assert not finalized_before_exit([ended.replace("resp_x", "resp_y"), died], "resp_x")
-    assert not finalized_before_exit([ended, died.replace("resp_x", "resp_y")], "resp_x")
-    assert not finalized_before_exit([ended, started], "resp_x")  # Failed, but not by a worker exit
+    assert ended_before_episode_died([ended, died, started], "resp_x")
+    assert not ended_before_episode_died([died, started, ended], "resp_x")
+    assert not ended_before_episode_died([died, started], "resp_x")
+    assert not ended_before_episode_died([ended.replace("resp_x", "resp_y"), died], "resp_x")
+    assert not ended_before_episode_died([ended, died.replace("resp_x", "resp_y")], "resp_x")
+    assert not ended_before_episode_died([ended, started], "resp_x")  # Failed, but not by a worker exit
 
 
 # ------------------------------------------------------------------ the real host's other crash semantics

@@ -325,12 +325,18 @@ def chain_lock_once_free(double: HostDouble, chain: str, timeout: float = 30.0) 
     A turn's client sees its terminal event (written by finalize) before its orchestration sends the
     release, and the entity handles that signal in a batch of its own (retried after a back-off when its
     worker died), so a lock read right after the terminal event may still name the turn."""
+    return chain_lock_once(double, chain, lambda lock: lock == FREE_LOCK, timeout)
+
+
+def chain_lock_once(double: HostDouble, chain: str, holds: Callable[[Any], bool], timeout: float = 30.0,
+                    poll_s: float = 0.25) -> Any:
+    """The chain lock's state once ``holds`` is true of it, or its last state after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         lock = httpx.get(f"{double.durable_url}/entities/chain_lock/{chain}", timeout=10).json()
-        if lock == FREE_LOCK or time.monotonic() > deadline:
+        if holds(lock) or time.monotonic() > deadline:
             return lock
-        time.sleep(0.25)
+        time.sleep(poll_s)
 
 
 def settle(double: HostDouble, instance_id: str, timeout: float = 30.0) -> str | None:

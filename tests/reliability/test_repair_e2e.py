@@ -37,6 +37,7 @@ from tests.reliability.conftest import (
     QUESTION,
     TERMINAL,
     WORDS,
+    chain_lock_once,
     chain_lock_once_free,
     default_storage,
     double_env,
@@ -134,11 +135,8 @@ def test_a_turn_behind_a_finished_holder_that_never_released_runs_at_once(
     signal = httpx.post(f"{double.durable_url}/entities/chain_lock/{conversation}?op=acquire",
                         json=json.dumps({"response_id": first.id}), timeout=10)
     assert signal.status_code == 202
-    deadline = time.monotonic() + 30.0
-    while httpx.get(f"{double.durable_url}/entities/chain_lock/{conversation}", timeout=10).json().get(
-            "active") != first.id:
-        assert time.monotonic() < deadline, "the signalled acquire never landed"
-        time.sleep(0.1)
+    held = chain_lock_once(double, conversation, lambda lock: lock.get("active") == first.id, poll_s=0.1)
+    assert held.get("active") == first.id, f"the signalled acquire never landed: {held}"
     started = time.monotonic()
     follow_up = client.responses.create(model="m", input="and then?", stream=True, background=True,
                                         conversation=conversation, metadata=knobs(1, 4, 0))

@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -35,6 +34,7 @@ from . import config as host_config
 from .durable.runtime import DurableRuntime
 from .durable_api import DurableApi
 from .failures import Outcome
+from .forwarding import BrokenStream, FailedBeforeHeaders, Forwarder, NoHeadersInTime
 from .protocol import BINDINGS_HEADER, DURABLE_PREFIX, FUNCTION_HEADER, INVOCATION_HEADER, ROUTE_PARAMS_HEADER
 from .routes import RouteError, Router
 from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor, post_json, rpc_session
@@ -122,9 +122,7 @@ class Host:
         self.runtime = DurableRuntime(self, self.config.durable, connection, log)
         self.api = DurableApi(self)
         self.timers = TimerScheduler(self.runtime.storage, self.config.host_id, log, self._invoke_timer)
-        # Pooled connections expire well before the worker's keep-alive timeout (see worker.serve).
-        self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100,
-                                                            keepalive_expiry=20.0))
+        self.forwarder = Forwarder(PROXY_IDLE_TIMEOUT)  # HTTP functions' requests, on to the worker
         self._rpc: aiohttp.ClientSession | None = None  # created in the running loop (see rpc)
         self.router = Router()
         self.function_errors: dict[str, str] = {}
@@ -162,14 +160,14 @@ class Host:
         await self.timers.stop()
         await self.supervisor.stop()
         await self.runtime.close(graceful=graceful)
-        await self.client.aclose()
+        await self.forwarder.aclose()
         if self._rpc is not None:
             await self._rpc.close()
         self._save_carried()
 
     @property
     def rpc(self) -> aiohttp.ClientSession:
-        """The pool invocations go through (:func:`rpc_session`); the proxy keeps httpx for HTTP functions."""
+        """The pool invocations go through (:func:`rpc_session`); HTTP functions go through :attr:`forwarder`."""
         if self._rpc is None:
             self._rpc = rpc_session()
         return self._rpc
@@ -346,41 +344,40 @@ class Host:
             (BINDINGS_HEADER.encode(), json.dumps(self._bindings(function)).encode()),
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in invocation.headers.items()),
         ]
-        timeout = httpx.Timeout(None, connect=10.0, read=PROXY_IDLE_TIMEOUT)
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
         url = invocation.base_url + raw_path.decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
         while True:
-            outgoing = self.client.build_request(request.method, url, headers=headers, content=body, timeout=timeout)
             try:
-                upstream = await self.client.send(outgoing, stream=True)
+                upstream = await self.forwarder.send(request.method, url, headers, body)
                 break
-            except httpx.TimeoutException:
+            except NoHeadersInTime:
                 self.supervisor.end(invocation)
                 return Response(status_code=504)  # no response headers within the proxy's idle timeout
-            except httpx.TransportError as exc:
+            except FailedBeforeHeaders as exc:
                 if not invocation.outcome.done() and await self.supervisor.wait_alive(invocation):
                     continue  # worker alive: a stale pooled connection, the request never ran
                 outcome = await invocation.outcome  # the worker died (or the invocation timed out)
                 self.supervisor.end(invocation)
                 log(f"proxied request {request.method} /{path} failed before its response started: "
-                    f"{getattr(outcome, 'message', type(outcome).__name__)} ({exc!r}) → 500")
+                    f"{getattr(outcome, 'message', type(outcome).__name__)} ({exc}) → 500")
                 return Response(status_code=500)  # ExceptionMiddleware: 500, empty body
 
         async def stream() -> Any:
+            completed = False
             try:
-                async for chunk in upstream.aiter_raw():
+                async for chunk in upstream.chunks:
                     yield chunk
-                invocation.finished_in_worker = True
-            except httpx.TransportError as exc:
+                completed = invocation.finished_in_worker = True
+            except BrokenStream as exc:
                 log(f"proxied response {request.method} /{path} aborted (worker gone, or idle for "
-                    f"{PROXY_IDLE_TIMEOUT:.0f} s): {exc!r}")
+                    f"{PROXY_IDLE_TIMEOUT:.0f} s): {exc}")
                 raise WorkerLost(str(exc)) from exc
             finally:
                 self.supervisor.end(invocation)
-                await upstream.aclose()
+                await upstream.close(completed)
 
-        response = StreamingResponse(stream(), status_code=upstream.status_code)
-        response.raw_headers = [(k, v) for k, v in upstream.headers.raw
+        response = StreamingResponse(stream(), status_code=upstream.status)
+        response.raw_headers = [(k, v) for k, v in upstream.raw_headers
                                 if k.decode("latin-1").lower() not in _DROP_RESPONSE]
         return response
 

@@ -67,6 +67,14 @@ def test_http_routing_settings_and_headers(double: HostDouble, http: httpx.Clien
     assert "reserved" in double.stats()["function_errors"]
 
 
+@pytest.mark.parametrize("value", [b"plain", "\u00e9\uff15".encode(), b"\xe9", b"\xff\xfe"])
+def test_header_values_reach_the_worker_byte_for_byte(http: httpx.Client, value: bytes) -> None:
+    """UTF-8 values go through the proxy's aiohttp path, other bytes through its httpx path: either way the
+    app gets the bytes the client sent (Starlette shows header bytes as latin-1 text)."""
+    echoed = http.post("/echo/abc/x", headers=[(b"x-test", value)], content=b"").json()
+    assert echoed["x_test"] == value.decode("latin-1")
+
+
 def test_streaming_route_delivers_chunks_incrementally(http: httpx.Client) -> None:
     arrivals: list[tuple[float, bytes]] = []
     started = time.monotonic()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import unstored
-from resilient.engine.batching import expect_next_activity
+from resilient.engine.batching import expect_next_activity, load_factor
 from resilient.engine.repair import DurableControl, Repairer
 from resilient.engine.snapshot import response_object
 from resilient.http.continuation import Continuation, check_continuation
@@ -307,7 +307,8 @@ class ResponsesService:
             try:
                 async with asyncio.timeout(limit):
                     async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None,
-                                               finished=self._finished_probe(record.response_id), start=created):
+                                               finished=self._finished_probe(record.response_id), start=created,
+                                               widen=_load_factor_here):
                         pass
             except TimeoutError:
                 log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
@@ -326,7 +327,8 @@ class ResponsesService:
         delivered = False
         try:
             async for frame in tail_events(self.storage.events, record.response_id, starting_after,
-                                           finished=self._finished_probe(record.response_id), start=start):
+                                           finished=self._finished_probe(record.response_id), start=start,
+                                           widen=_load_factor_here):
                 yield frame
             delivered = True
         finally:
@@ -377,7 +379,8 @@ class ResponsesService:
             raise
         return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
                                                                 finished=self._finished_probe(response_id),
-                                                                start=start, first_read=first_read)),
+                                                                start=start, first_read=first_read,
+                                                                widen=_load_factor_here)),
                           headers=dict(SSE_HEADERS))
 
     def _early_read(self, response_id: str, starting_after: int) -> asyncio.Future[ReadResult] | None:
@@ -627,6 +630,12 @@ MAX_SEQUENCE_NUMBER = 2**53  # the largest integer every JSON client reads exact
 
 def _optional_bool(query: Mapping[str, str], name: str) -> bool:
     return name in query and parse_bool(query[name], param=name)
+
+
+def _load_factor_here() -> float:
+    """The process's load factor (see :func:`~resilient.engine.batching.load_factor`): how much a reader's
+    safety-net polls of a run written or expected here are stretched."""
+    return load_factor(COMMITTED)
 
 
 def _remembered(response_id: str, starting_after: int) -> CommittedBlock | None:

@@ -9,7 +9,8 @@ process committed arrive through :data:`~resilient.storage.feed.COMMITTED` (no s
 frame); storage is read again whenever they do not continue exactly where this reader stopped, and
 polled for writers in other processes. Polling backs off while the log is idle (each poll is a billed
 storage call), snaps back to a short interval as soon as events flow, and is only a slow safety net while
-a phase of this response streams in this process.
+a phase of this response streams, or is expected, in this process (stretched by the process's load factor,
+up to 4×: under load a run lasts longer, and a fixed pace would read storage more often per event).
 
 Every read's frames are sent as one chunk (one socket write), not one write per frame.
 """
@@ -91,6 +92,7 @@ async def tail_events(
     feed: CommittedFeed = COMMITTED,
     start: CommittedBlock | None = None,
     first_read: asyncio.Future[ReadResult] | None = None,
+    widen: Callable[[], float] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one.
 
@@ -99,7 +101,10 @@ async def tail_events(
     the terminal event gets an empty, closed stream instead of an endless one. ``start`` (optional) is a
     block this process just committed that begins right after ``starting_after`` (the stream of a create):
     the stream starts from it instead of reading storage. ``first_read`` (optional) is the first storage
-    read, ``events.read_after(response_id, starting_after)``, already started by the caller.
+    read, ``events.read_after(response_id, starting_after)``, already started by the caller. ``widen``
+    (optional) says how much to stretch the safety-net polls while the run is written or expected here (the
+    process's load factor): under load a run lasts longer, and a fixed pace would read storage more often
+    per event just then.
     """
     try:
         with feed.subscribe(response_id) as local:
@@ -193,11 +198,13 @@ async def tail_events(
                 trust_here = now >= remote_until
                 if got_events:
                     expected_delay = poll_while_expected
+                slack = 1.0 if widen is None else widen()
                 if trust_here and feed.writing_here(response_id):
-                    interval, here = poll_while_local, True
+                    interval, here = poll_while_local * slack, True
                 elif trust_here and feed.expected_here(response_id):
                     if empty_read and was_here:
-                        expected_delay = min(max(poll_while_local, poll_while_expected), expected_delay * 2)
+                        ceiling = max(poll_while_local, poll_while_expected) * slack
+                        expected_delay = min(ceiling, expected_delay * 2)
                     interval, here = max(expected_delay, delay), True
                 else:
                     expected_delay = poll_while_expected

@@ -7,6 +7,8 @@ storage round trips only; the writer appends through ``storage.events`` (which p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any
 
 import pytest
 
@@ -44,7 +46,7 @@ def sequence_numbers(chunks: list[bytes]) -> list[int]:
     return [parse_frame(frame + b"\n\n")[0] for frame in frames]
 
 
-async def collect(log: BlobEventLog, rid: str, feed: CommittedFeed = COMMITTED, **options: float) -> list[bytes]:
+async def collect(log: BlobEventLog, rid: str, feed: CommittedFeed = COMMITTED, **options: Any) -> list[bytes]:
     chunks: list[bytes] = []
     async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, **options):
         chunks.append(chunk)
@@ -150,3 +152,32 @@ async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reade
 
 async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock) -> list[bytes]:
     return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start)]
+
+
+@pytest.mark.parametrize("state", ["writing", "expected"])
+async def test_safety_net_polls_of_a_run_here_stretch_with_the_load(storage: Storage, rid: str, state: str) -> None:
+    """While a run is written (or expected) here, storage is polled only as a safety net; ``widen`` (the
+    process's load factor) stretches that pace. Two readers side by side, one widened 4×, neither getting
+    events: the widened one polls storage far less."""
+    writer = await storage.events.create(rid, [created()])
+    counts: dict[float, int] = {}
+
+    async def read_for(seconds: float, slack: float) -> None:
+        feed = CommittedFeed()  # each reader its own process, where the log's first block was written
+        feed.publish(rid, writer.last_committed)
+        log = reader_log(storage)
+        if state == "expected":
+            feed.expect(rid, 30.0)
+        with feed.writing(rid) if state == "writing" else contextlib.nullcontext():
+            task = asyncio.create_task(collect(log, rid, feed, poll_while_local=0.2, poll_while_expected=0.2,
+                                               widen=lambda: slack))
+            await asyncio.sleep(seconds)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        counts[slack] = log.storage_calls
+
+    await asyncio.gather(read_for(1.5, 1.0), read_for(1.5, 4.0))
+    # widened: the first read, then polls 0.8 s apart (expected here: 0.2 s, then backing off to 0.8 s)
+    assert counts[4.0] <= (3 if state == "writing" else 4), counts
+    assert counts[1.0] >= counts[4.0] + 2, counts

@@ -9,8 +9,9 @@ process committed arrive through :data:`~resilient.storage.feed.COMMITTED` (no s
 frame); storage is read again whenever they do not continue exactly where this reader stopped, and
 polled for writers in other processes. Polling backs off while the log is idle (each poll is a billed
 storage call), snaps back to a short interval as soon as events flow, and is only a slow safety net while
-a phase of this response streams, or is expected, in this process (stretched by the process's load factor,
-up to 4×: under load a run lasts longer, and a fixed pace would read storage more often per event).
+a phase of this response streams, or is expected, in this process. Under load (the process's load factor,
+up to 4×) these paces stretch, except the shortest: a run lasts longer then, and fixed paces would read
+storage more often per event just when the process has the least CPU to spare.
 
 Every read's frames are sent as one chunk (one socket write), not one write per frame.
 """
@@ -102,9 +103,10 @@ async def tail_events(
     block this process just committed that begins right after ``starting_after`` (the stream of a create):
     the stream starts from it instead of reading storage. ``first_read`` (optional) is the first storage
     read, ``events.read_after(response_id, starting_after)``, already started by the caller. ``widen``
-    (optional) says how much to stretch the safety-net polls while the run is written or expected here (the
-    process's load factor): under load a run lasts longer, and a fixed pace would read storage more often
-    per event just then.
+    (optional, the process's load factor) stretches every pace but the shortest: the safety-net polls while
+    the run is written or expected here, the idle back-off's ceiling, the ``finished`` checks and the grace
+    for a local writer's publish. Under load a run lasts longer, and fixed paces would read storage more
+    often per event just then; events that flow are still followed at ``poll_min``.
     """
     try:
         with feed.subscribe(response_id) as local:
@@ -128,12 +130,13 @@ async def tail_events(
             while True:
                 got_events = False
                 empty_read = False
+                slack = 1.0 if widen is None else widen()
                 shared = feed.last_storage_read(response_id) if cursor is not None and not must_read else None
                 if shared is not None and cursor is not None and time.monotonic() >= storage_due and \
                         shared[0] > last_read and shared[1] <= cursor.last_sequence_number:
                     # Another reader here read storage since we did and found nothing we lack: that was our poll.
                     last_read = shared[0]
-                    delay = min(poll_max, delay * 2)
+                    delay = min(poll_max * slack, delay * 2)
                 elif cursor is None or time.monotonic() >= storage_due:
                     must_read = False
                     try:
@@ -158,13 +161,13 @@ async def tail_events(
                     if result is not None:
                         newest = result.events[-1].sequence_number if result.events else -1
                         if newest > feed.published_through(response_id) and unpublished is None:
-                            unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS)
+                            unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS * slack)
                         cursor = result.cursor
                         got_events = bool(result.events)
                         empty_read = not got_events
                         frames.add(result.events)
                         feed.note_storage_read(response_id, last_read, cursor.last_sequence_number)
-                    delay = poll_min if got_events else min(poll_max, delay * 2)
+                    delay = poll_min if got_events else min(poll_max * slack, delay * 2)
                 gap = False
                 if cursor is not None:
                     blocks, gap = local.drain()
@@ -185,7 +188,7 @@ async def tail_events(
                 now = time.monotonic()
                 if got_events:
                     last_output = now
-                    next_finished_check = now + finished_check_seconds
+                    next_finished_check = now + finished_check_seconds * slack
                 if gap:
                     storage_due, must_read = now, True
                     continue
@@ -198,7 +201,6 @@ async def tail_events(
                 trust_here = now >= remote_until
                 if got_events:
                     expected_delay = poll_while_expected
-                slack = 1.0 if widen is None else widen()
                 if trust_here and feed.writing_here(response_id):
                     interval, here = poll_while_local * slack, True
                 elif trust_here and feed.expected_here(response_id):
@@ -218,9 +220,9 @@ async def tail_events(
                 if empty_read and finished_seen:
                     return  # terminal status seen before this (empty) read: the terminal event was skipped
                 if finished is not None and now >= next_finished_check and here:
-                    next_finished_check = now + finished_check_seconds  # a run here: it has not finished yet
+                    next_finished_check = now + finished_check_seconds * slack  # a run here: it has not finished yet
                 elif finished is not None and now >= next_finished_check:
-                    next_finished_check = now + finished_check_seconds
+                    next_finished_check = now + finished_check_seconds * slack
                     try:
                         finished_seen = await finished()
                     except (NotFound, StorageUnavailable):

@@ -154,11 +154,11 @@ async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock) -> li
     return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start)]
 
 
-@pytest.mark.parametrize("state", ["writing", "expected"])
-async def test_safety_net_polls_of_a_run_here_stretch_with_the_load(storage: Storage, rid: str, state: str) -> None:
-    """While a run is written (or expected) here, storage is polled only as a safety net; ``widen`` (the
-    process's load factor) stretches that pace. Two readers side by side, one widened 4×, neither getting
-    events: the widened one polls storage far less."""
+@pytest.mark.parametrize("state", ["writing", "expected", "elsewhere"])
+async def test_polls_stretch_with_the_load(storage: Storage, rid: str, state: str) -> None:
+    """``widen`` (the process's load factor) stretches a reader's storage polls: the safety net while a run
+    is written (or expected) here, and the idle back-off's ceiling otherwise. Two readers side by side, one
+    widened 4×, neither getting events: the widened one polls storage far less."""
     writer = await storage.events.create(rid, [created()])
     counts: dict[float, int] = {}
 
@@ -169,8 +169,8 @@ async def test_safety_net_polls_of_a_run_here_stretch_with_the_load(storage: Sto
         if state == "expected":
             feed.expect(rid, 30.0)
         with feed.writing(rid) if state == "writing" else contextlib.nullcontext():
-            task = asyncio.create_task(collect(log, rid, feed, poll_while_local=0.2, poll_while_expected=0.2,
-                                               widen=lambda: slack))
+            task = asyncio.create_task(collect(log, rid, feed, poll_min=0.2, poll_max=0.2, poll_while_local=0.2,
+                                               poll_while_expected=0.2, widen=lambda: slack))
             await asyncio.sleep(seconds)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -178,6 +178,6 @@ async def test_safety_net_polls_of_a_run_here_stretch_with_the_load(storage: Sto
         counts[slack] = log.storage_calls
 
     await asyncio.gather(read_for(1.5, 1.0), read_for(1.5, 4.0))
-    # widened: the first read, then polls 0.8 s apart (expected here: 0.2 s, then backing off to 0.8 s)
+    # widened: the first read, then polls 0.8 s apart (writing) or backing off from 0.2 s to 0.8 s (the others)
     assert counts[4.0] <= (3 if state == "writing" else 4), counts
     assert counts[1.0] >= counts[4.0] + 2, counts

@@ -356,7 +356,8 @@ def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: s
         "responses_with_problems": len(failed),
     }
     deltas = len(runs) * args.phases * args.words  # what the agent yields (one output_text.delta each)
-    events_written = max(events_per_response, default=0) * len(runs)
+    # Each response's log length (its longest reader; a repeated phase makes a log longer than the others).
+    events_written = sum(max((len(r.sequence) for r in run.readers), default=0) for run in runs)
     calls = sum(meter.storage_calls.values())
     summary["server"] = {
         "idle_cpu_ms_per_s": round(meter.idle_cpu_ms_per_s, 2),
@@ -450,6 +451,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--request-timeout", type=float, default=120.0)
     parser.add_argument("--max-seconds", type=float, default=170.0, help="bound for the whole load")
     parser.add_argument("--json", type=Path, help="also write the summary here")
+    parser.add_argument("--double-log", type=Path, help="keep the spawned host double's log here")
     parser.add_argument("--keep-data", action="store_true", help="keep this run's tables and containers")
     args = parser.parse_args(argv)
     if not 1 <= args.responses <= 500 or not 1 <= args.readers <= 8:
@@ -483,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                    "RESILIENT_AGENT_DELTA_DELAY_MS": "0", "RESILIENT_ENABLE_CRASH_ENDPOINT": "false"}
             if args.append_window_ms is not None:
                 env["RESILIENT_APPEND_WINDOW_MS"] = str(args.append_window_ms)
-            double = stack.enter_context(HostDouble(ROOT, env=env, settings=None))
+            double = stack.enter_context(HostDouble(ROOT, env=env, settings=None, log_path=args.double_log))
             base_url = double.base_url
             meter.host_pid = int(double.stats()["host_pid"])
             meter.worker_pid = int(double.stats()["worker_pid"])

@@ -9,13 +9,18 @@ Taking over at once is safe (appends are fenced by position, the loser stops), b
 streamed again by each attempt that takes over, and each takeover is one more recovery reset a client
 sees.
 
-So an attempt that finds the log ending inside an item first asks when the log was last written (the
-storage service's Last-Modified, read with the writer). A log quiet for ``quiet_s`` belongs to a dead
-attempt: take it over at once, which is every crash recovery (the orchestrator's crash timer and the
-queue visibility timeout are longer). A log written more recently is watched: if the phase gets
-checkpointed, this attempt is a duplicate and returns the checkpoint; once the log has been quiet for
-``quiet_s`` (its writer died, or paused longer than any live writer's append window) this attempt takes
-over as before. Watching costs two storage reads per ``poll_s`` and happens only on that rare path.
+The same holds for a log ending right after an item that has no checkpoint: the live attempt appends the
+item's closing events and then writes its checkpoint, and a duplicate that read the checkpoints in between
+would take the item for a crashed attempt's.
+
+So an attempt that finds the log ending inside an item (or after one with no checkpoint) first asks when
+the log was last written (the storage service's Last-Modified, read with the writer). A log quiet for
+``quiet_s`` belongs to a dead attempt: take it over at once, which is every crash recovery (the
+orchestrator's crash timer and the queue visibility timeout are longer). A log written more recently is
+watched: if the phase gets checkpointed, this attempt is a duplicate and returns the checkpoint; once the
+log has been quiet for ``quiet_s`` (its writer died, or paused longer than any live writer's append
+window) this attempt takes over as before. Watching costs two storage reads per ``poll_s`` and happens
+only on that rare path.
 """
 
 from __future__ import annotations
@@ -55,10 +60,11 @@ async def behind_live_writer(
     events: EventLog, items: ItemStore, response_id: str, index: int, writer: EventWriter,
     liveness: Liveness, deadline: float | None = None,
 ) -> EventWriter | list[JsonDict]:
-    """``writer`` (freshly opened, the log ending inside an item) if its writer is dead; else wait. Returns
-    the checkpoints (at least ``index + 1`` of them) if the live attempt finishes the phase, or a freshly
-    opened writer once the log has gone quiet. ``deadline`` (monotonic): stop waiting by then and take
-    over, so waiting never runs this activity into the host's function timeout."""
+    """``writer`` (freshly opened, the log ending inside an item or after one with no checkpoint) if its
+    writer is dead; else wait. Returns the checkpoints (at least ``index + 1`` of them) if the live attempt
+    finishes the phase, or a freshly opened writer once the log has gone quiet. ``deadline`` (monotonic):
+    stop waiting by then and take over, so waiting never runs this activity into the host's function
+    timeout."""
     age = seconds_since(writer.written_at)
     if age is None or age >= liveness.quiet_s:
         return writer

@@ -162,6 +162,43 @@ async def test_redelivered_finished_phase_returns_checkpoint_without_streaming(s
     assert len(await _events(storage, rid)) == count
 
 
+async def test_a_duplicate_that_reads_the_checkpoints_just_before_the_live_attempt_writes_them_streams_nothing(
+        storage: Storage, settings: Settings) -> None:
+    """Two deliveries of one phase at once (the Durable backend re-ran an episode whose checkpoint failed):
+    the duplicate finds no checkpoint yet but the log ending after the live attempt's item. It waits for that
+    attempt's checkpoint and returns it, instead of taking the item for a crashed attempt's and streaming the
+    phase again behind a reset."""
+    live, duplicate = (Engine(storage, ResearchAgent(settings), settings) for _ in range(2))
+    rid = await _create(storage, settings)
+    await live.plan(rid)
+    real_put = storage.items.put_output_item
+    closed, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_put(*args: Any, **kwargs: Any) -> None:
+        closed.set()  # the item's closing events are in the log; its checkpoint is not written yet
+        await release.wait()
+        await real_put(*args, **kwargs)
+
+    storage.items.put_output_item = slow_put  # type: ignore[method-assign]
+    try:
+        running = asyncio.create_task(live.run_phase(rid, 0))
+        await asyncio.wait_for(closed.wait(), 10)
+        storage.items.put_output_item = real_put  # type: ignore[method-assign]
+        count = len(await _events(storage, rid))
+        assert count and (await _events(storage, rid))[-1]["type"] == "response.output_item.done"
+        second = asyncio.create_task(duplicate.run_phase(rid, 0))
+        await asyncio.sleep(0.5)  # it has read the checkpoints (none) and the log, and waits
+        assert not second.done()
+        release.set()
+        first = await asyncio.wait_for(running, 10)
+        again = await asyncio.wait_for(second, 10)
+    finally:
+        storage.items.put_output_item = real_put  # type: ignore[method-assign]
+        release.set()
+    assert again == first
+    assert len(await _events(storage, rid)) == count  # the duplicate appended nothing
+
+
 async def test_redelivered_plan_appends_in_progress_once(storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
     rid = await _create(storage, settings)

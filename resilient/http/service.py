@@ -634,7 +634,7 @@ def _optional_bool(query: Mapping[str, str], name: str) -> bool:
 
 def _load_factor_here() -> float:
     """The process's load factor (see :func:`~resilient.engine.batching.load_factor`): how much a reader's
-    safety-net polls of a run written or expected here are stretched."""
+    storage paces stretch (all but the shortest, see :func:`~resilient.http.streaming.tail_events`)."""
     return load_factor(COMMITTED)
 
 

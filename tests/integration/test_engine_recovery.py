@@ -18,6 +18,7 @@ import pytest
 from resilient.agents.base import AgentRequest, Phase, PhaseContext
 from resilient.agents.research import BASE_PLAN, ResearchAgent, offline_words
 from resilient.engine.activities import Engine, Tuning
+from resilient.engine.liveness import Liveness
 from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
@@ -169,6 +170,9 @@ async def test_a_duplicate_that_reads_the_checkpoints_just_before_the_live_attem
     attempt's checkpoint and returns it, instead of taking the item for a crashed attempt's and streaming the
     phase again behind a reset."""
     live, duplicate = (Engine(storage, ResearchAgent(settings), settings) for _ in range(2))
+    # A quiet window far longer than the test needs: on a slow machine the duplicate must not take the log
+    # over before the live attempt's checkpoint lands (Last-Modified's 1 s resolution makes a log look older).
+    duplicate.liveness = Liveness(quiet_s=8.0, poll_s=0.1)
     rid = await _create(storage, settings)
     await live.plan(rid)
     real_put = storage.items.put_output_item

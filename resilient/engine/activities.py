@@ -312,11 +312,11 @@ class Engine:
         previous = checkpoints[:index]
         writer = writer or await storage.events.open_writer(response_id)
         head, first_index, crashed = await self._head(record, writer, previous)
-        # The log ends inside an item, or after an item that has no checkpoint yet: is its writer dead, or
-        # another delivery of this phase? (A live attempt checkpoints right after its item's closing events;
-        # a duplicate delivery that read the checkpoints a moment before that sees none and would otherwise
-        # stream the phase again.)
-        if crashed or (head and (writer.last_event or {}).get("type") == ev.OUTPUT_ITEM_DONE):
+        # The log does not end where the checkpoints say this phase starts (inside an item, or after an item
+        # that has no checkpoint yet): is its writer dead, or another delivery of this phase? (A live attempt
+        # checkpoints right after its item's closing events; a duplicate delivery that read the checkpoints a
+        # moment before that sees none and would otherwise stream the phase again.)
+        if head:
             found = await behind_live_writer(storage.events, storage.items, response_id, index, writer,
                                              self.liveness, deadline)
             if isinstance(found, list):

@@ -9,7 +9,10 @@ noise hits all of them alike:
 * ``table transaction (2 upserts)``, ``table upsert``, ``table point read``, ``blob append (500 B)``: the
   raw calls, through the clients ``resilient.storage.connection.StorageClients`` builds;
 * ``put_input_items, 1 item`` and ``…, 2 items``: the item store's write of a turn's input, the first
-  call of every create (one item: one entity write; more: a transaction with the count row).
+  call of every create (one item: one entity write; more: a transaction with the count row);
+* ``host double: transaction (2 upserts)``: the same transaction as the host double sends its Durable
+  history batches (``tests/hostdouble/durable/batch.py``: the SDK's operations and pipeline, the
+  multipart envelope written without the ``email`` package).
 
     AzureWebJobsStorage=UseDevelopmentStorage=true .venv/bin/python bench/call_cost.py --calls 100 --rounds 5
 """
@@ -25,12 +28,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from azure.data.tables import TransactionOperation, UpdateMode
+from azure.data.tables.aio import TableClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient.ids import new_response_id
 from resilient.settings import Settings
 from resilient.storage.factory import open_storage
+from tests.hostdouble.durable.batch import use_lean_transactions
 
 BODY = "x" * 300
 
@@ -49,18 +54,22 @@ async def main() -> None:
     storage = await open_storage(settings)
     clients = storage.clients
     table = clients.table(clients.items_table_name)
+    lean_table = use_lean_transactions(clients.table(clients.items_table_name))
     container = clients.container(clients.events_container_name)
     blob = container.get_blob_client(f"bench-call-cost-{time.time_ns()}")
     await blob.create_append_blob()
     counter = iter(range(10**9))
 
-    async def transaction() -> None:
+    async def transaction(client: TableClient = table) -> None:
         pk = f"bench{next(counter)}"
-        await table.submit_transaction([
+        await client.submit_transaction([
             (TransactionOperation.UPSERT, {"PartitionKey": pk, "RowKey": "i-000000", "body": BODY},
              {"mode": UpdateMode.REPLACE}),
             (TransactionOperation.UPSERT, {"PartitionKey": pk, "RowKey": "n", "count": 1},
              {"mode": UpdateMode.REPLACE})])
+
+    async def lean_transaction() -> None:
+        await transaction(lean_table)
 
     async def upsert() -> None:
         await table.upsert_entity({"PartitionKey": f"bench{next(counter)}", "RowKey": "i-000000", "body": BODY},
@@ -81,6 +90,7 @@ async def main() -> None:
     kinds: dict[str, Callable[[], Awaitable[None]]] = {
         "table transaction (2 upserts)": transaction, "table upsert": upsert, "table point read": point_read,
         "blob append (500 B)": append, "put_input_items, 1 item": put_one, "put_input_items, 2 items": put_two,
+        "host double: transaction (2 upserts)": lean_transaction,
     }
     await upsert()  # bench0 exists for the point reads
     for call in kinds.values():  # warm the connections and the code paths
@@ -100,10 +110,10 @@ async def main() -> None:
         await blob.delete_blob()
         await storage.close()
     print(f"per call, {args.rounds} rounds of {args.calls} calls each, interleaved (median of rounds; min-max)")
-    print(f"{'call':32} {'CPU ms':>22} {'wall ms':>22}")
+    print(f"{'call':36} {'CPU ms':>22} {'wall ms':>22}")
     for name in kinds:
         c, w = cpu[name], wall[name]
-        print(f"{name:32} {statistics.median(c):8.2f} ({min(c):5.2f}-{max(c):5.2f}) "
+        print(f"{name:36} {statistics.median(c):8.2f} ({min(c):5.2f}-{max(c):5.2f}) "
               f"{statistics.median(w):8.2f} ({min(w):5.2f}-{max(w):5.2f})")
 
 

@@ -1,6 +1,6 @@
 """The double's table transactions (entity group transactions), without the SDK's ``email`` multipart code.
 
-Why: the Durable backend commits every orchestrator episode and entity batch with one table transaction
+Why: the Durable backend commits every orchestrator episode with one table transaction
 (``AzureTableTrackingStore.UpdateStateAsync``: the new history rows and the sentinel row in one batch), and
 ``azure-data-tables`` builds and parses that batch's ``multipart/mixed`` body with the standard library's
 ``email`` package. That costs the double's host ~5 ms of CPU per transaction against ~1.3 ms for a single
@@ -10,9 +10,9 @@ the Python model, not of the .NET host it stands in for.
 What stays the SDK's: the operations themselves (``TableBatchOperations`` serializes each entity with its
 OData types and sets ``If-Match``), the request's pipeline (SharedKey signing, the retry policy, the
 transport) and the error type the callers catch (:class:`~azure.core.exceptions.HttpResponseError` with the
-failed operation's status). Only the envelope is written here: the same ``$batch`` body, byte for byte in
-form, that the SDK sends (one changeset, CRLF lines, ``Content-ID`` per operation), and the answer is read
-for each operation's status line and ``ETag``.
+failed operation's status). Only the envelope is written here: the ``$batch`` body the SDK sends, the same
+bytes but for its random boundaries and its clock (one changeset, CRLF lines, ``Content-ID`` per
+operation), and the answer is read for each operation's status line and ``ETag``.
 """
 
 from __future__ import annotations

@@ -82,9 +82,9 @@ async def _send_batch(self: TableClient, table_name: str, *requests: HttpRequest
     if response.status_code != 202:
         raise HttpResponseError(message=f"table transaction on {table_name} failed", response=response)
     parts = parse_batch_answer(body)
-    failed = next(((status, index) for index, (status, _) in enumerate(parts) if not 200 <= status < 300), None)
+    failed = next((status for status, _ in parts if not 200 <= status < 300), None)
     if failed is not None or len(parts) != len(requests):
-        status = failed[0] if failed else 500
+        status = failed or 500
         code = _ERROR_CODE.search(body)
         error = HttpResponseError(
             message=f"table transaction on {table_name}: operation answered {status}"

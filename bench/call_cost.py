@@ -12,7 +12,10 @@ noise hits all of them alike:
   call of every create (one item: one entity write; more: a transaction with the count row);
 * ``host double: transaction (2 upserts)``: the same transaction as the host double sends its Durable
   history batches (``tests/hostdouble/durable/batch.py``: the SDK's operations and pipeline, the
-  multipart envelope written without the ``email`` package).
+  multipart envelope written without the ``email`` package);
+* ``host double: upsert`` / ``point read`` and ``queue send + delete`` (SDK and host double): the double's
+  single Durable calls (``tests/hostdouble/durable/lean.py``: the SDK's request builders and pipeline, not
+  its per-call wrappers), beside the same calls through the SDKs' public methods.
 
     AzureWebJobsStorage=UseDevelopmentStorage=true .venv/bin/python bench/call_cost.py --calls 100 --rounds 5
 """
@@ -29,12 +32,14 @@ from pathlib import Path
 
 from azure.data.tables import TransactionOperation, UpdateMode
 from azure.data.tables.aio import TableClient
+from azure.storage.queue.aio import QueueClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient.ids import new_response_id
 from resilient.settings import Settings
 from resilient.storage.factory import open_storage
+from tests.hostdouble.durable import lean
 from tests.hostdouble.durable.batch import use_lean_transactions
 
 BODY = "x" * 300
@@ -59,6 +64,9 @@ async def main() -> None:
     blob = container.get_blob_client(f"bench-call-cost-{time.time_ns()}")
     await blob.create_append_blob()
     counter = iter(range(10**9))
+    queue = QueueClient.from_connection_string(settings.storage_connection_string or "UseDevelopmentStorage=true",
+                                               f"bench-call-cost-{time.time_ns()}", use_env_settings=False)
+    await queue.create_queue()
 
     async def transaction(client: TableClient = table) -> None:
         pk = f"bench{next(counter)}"
@@ -81,6 +89,21 @@ async def main() -> None:
     async def append() -> None:
         await blob.append_block(b"x" * 500)
 
+    async def lean_upsert() -> None:
+        await lean.write_entity(table, {"PartitionKey": f"bench{next(counter)}", "RowKey": "i-000000", "body": BODY},
+                                mode=UpdateMode.REPLACE)
+
+    async def lean_point_read() -> None:
+        await lean.get_entity(table, "bench0", "i-000000")
+
+    async def queue_pair() -> None:
+        sent = await queue.send_message(BODY, visibility_timeout=30)
+        await queue.delete_message(sent.id, sent.pop_receipt)
+
+    async def lean_queue_pair() -> None:
+        message_id, receipt = await lean.send_message(queue, BODY, 30)
+        await lean.delete_message(queue, message_id, receipt)
+
     async def put_one() -> None:
         await storage.items.put_input_items(new_response_id(), [_item(0)])
 
@@ -91,6 +114,8 @@ async def main() -> None:
         "table transaction (2 upserts)": transaction, "table upsert": upsert, "table point read": point_read,
         "blob append (500 B)": append, "put_input_items, 1 item": put_one, "put_input_items, 2 items": put_two,
         "host double: transaction (2 upserts)": lean_transaction,
+        "host double: upsert": lean_upsert, "host double: point read": lean_point_read,
+        "queue send + delete": queue_pair, "host double: queue send + delete": lean_queue_pair,
     }
     await upsert()  # bench0 exists for the point reads
     for call in kinds.values():  # warm the connections and the code paths
@@ -108,12 +133,14 @@ async def main() -> None:
                 wall[name].append((time.perf_counter() - w0) * 1000 / args.calls)
     finally:
         await blob.delete_blob()
+        await queue.delete_queue()
+        await queue.close()
         await storage.close()
     print(f"per call, {args.rounds} rounds of {args.calls} calls each, interleaved (median of rounds; min-max)")
-    print(f"{'call':36} {'CPU ms':>22} {'wall ms':>22}")
+    print(f"{'call':40} {'CPU ms':>22} {'wall ms':>22}")
     for name in kinds:
         c, w = cpu[name], wall[name]
-        print(f"{name:36} {statistics.median(c):8.2f} ({min(c):5.2f}-{max(c):5.2f}) "
+        print(f"{name:40} {statistics.median(c):8.2f} ({min(c):5.2f}-{max(c):5.2f}) "
               f"{statistics.median(w):8.2f} ({min(w):5.2f}-{max(w):5.2f})")
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
+from . import lean
 from .store import Storage
 
 MAX_INLINE_CHARS = 45_000  # a queue message holds 64 KiB; DTFx moves larger payloads to a blob
@@ -128,8 +129,8 @@ class Queues:
         content = await self._encode(envelope)
         visibility = math.ceil(min(max(0.0, visibility_s), MAX_VISIBILITY_S))
         self.calls.add("queue.send")
-        sent = await self._client(queue).send_message(content, visibility_timeout=visibility or None)
-        return Delivery(queue, sent.id, sent.pop_receipt, int(held), envelope, time.time() + visibility)
+        message_id, pop_receipt = await lean.send_message(self._client(queue), content, visibility or None)
+        return Delivery(queue, message_id, pop_receipt, int(held), envelope, time.time() + visibility)
 
     async def receive(self, queue: str, count: int, visibility: timedelta) -> list[Delivery]:
         self.calls.add("queue.receive")
@@ -164,7 +165,7 @@ class Queues:
     async def delete(self, delivery: Delivery) -> None:
         self.calls.add("queue.delete")
         try:
-            await self._client(delivery.queue).delete_message(delivery.message_id, delivery.pop_receipt)
+            await lean.delete_message(self._client(delivery.queue), delivery.message_id, delivery.pop_receipt)
         except ResourceNotFoundError:
             pass
         except HttpResponseError as error:

@@ -39,6 +39,7 @@ from azure.data.tables.aio import TableServiceClient
 from azure.storage.blob.aio import BlobServiceClient
 from azure.storage.queue.aio import QueueServiceClient
 
+from . import lean
 from .batch import use_lean_transactions
 from .history import EVENT_NAMES
 
@@ -317,7 +318,7 @@ class Storage:
         """The instance row with ``Input``/``Output``/``CustomStatus``/``EntityState`` fetched, plus ``etag``."""
         self.calls.add("table.get")
         try:
-            row = await self.instances.get_entity(escape_key(instance_id), "")
+            row = await lean.get_entity(self.instances, escape_key(instance_id), "")
         except ResourceNotFoundError:
             return None
         return await self._materialise(dict(row), str(row.metadata["etag"]))
@@ -342,17 +343,8 @@ class Storage:
             else:
                 row[key] = value
         mode = UpdateMode.REPLACE if replace else UpdateMode.MERGE
-        if create:
-            self.calls.add("table.create_entity")
-            meta = await self.instances.create_entity(row)
-        elif etag is not None:
-            self.calls.add("table.update")
-            meta = await self.instances.update_entity(row, mode=mode, etag=etag,
-                                                      match_condition=MatchConditions.IfNotModified)
-        else:
-            self.calls.add("table.upsert")
-            meta = await self.instances.upsert_entity(row, mode=mode)
-        return str(meta.get("etag", ""))
+        self.calls.add("table.create_entity" if create else "table.update" if etag is not None else "table.upsert")
+        return await lean.write_entity(self.instances, row, create=create, etag=etag, mode=mode)
 
     async def delete_instance(self, instance_id: str) -> None:
         self.calls.add("table.delete")

@@ -1,0 +1,125 @@
+"""The double's lean single calls store, return and fail exactly as the SDK's public methods (real Azurite)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import UpdateMode
+from azure.data.tables.aio import TableClient, TableServiceClient
+from azure.storage.queue.aio import QueueClient, QueueServiceClient
+
+from tests.hostdouble.durable import lean
+
+CONNECTION = os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+
+
+def row(key: str, **extra: Any) -> dict[str, Any]:
+    """An instance-like row with every property type the double writes (and a key that needs escaping)."""
+    return {"PartitionKey": key, "RowKey": "", "InstanceId": key, "Name": "orch <&> 'ü'", "Count": 2**31 - 1,
+            "Small": 7, "Ratio": 0.25, "Flag": True, "When": datetime(2026, 12, 1, 8, 30, tzinfo=UTC),
+            "Blob": b"\x00\x01", **extra}
+
+
+def stored(entity: Any) -> dict[str, Any]:
+    return {**dict(entity), "_etag": entity.metadata["etag"]}
+
+
+async def with_table(scenario: Any) -> None:
+    async with TableServiceClient.from_connection_string(CONNECTION) as service:
+        name = "lean" + secrets.token_hex(6)
+        await service.create_table(name)
+        try:
+            await scenario(service.get_table_client(name))
+        finally:
+            await service.delete_table(name)
+
+
+def test_lean_entity_writes_store_what_the_sdks_store() -> None:
+    async def scenario(table: TableClient) -> None:
+        for key_suffix, write in (("sdk", None), ("lean", lean.write_entity)):
+            key = f"@orch@it's {key_suffix}"
+            first = row(key)
+            if write is None:
+                created = (await table.create_entity(first))["etag"]
+                merged = (await table.upsert_entity({"PartitionKey": key, "RowKey": "", "Small": 8}))["etag"]
+                replaced = (await table.update_entity(row(key, Small=9), mode=UpdateMode.REPLACE, etag=merged,
+                                                      match_condition=lean.MatchConditions.IfNotModified))["etag"]
+            else:
+                created = await write(table, first, create=True)
+                merged = await write(table, {"PartitionKey": key, "RowKey": "", "Small": 8})
+                replaced = await write(table, row(key, Small=9), etag=merged, mode=UpdateMode.REPLACE)
+            assert created and merged and replaced and len({created, merged, replaced}) == 3
+            sdk_view = await table.get_entity(key, "")
+            lean_view = await lean.get_entity(table, key, "")
+            assert stored(sdk_view) == stored(lean_view)
+            assert lean_view.metadata["etag"] == replaced
+            assert lean_view["Count"] == 2**31 - 1 and lean_view["Small"] == 9 and lean_view["Blob"] == b"\x00\x01"
+            assert lean_view["Name"] == "orch <&> 'ü'" and lean_view["When"] == datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
+        rows = {r["InstanceId"].split()[-1]: {k: v for k, v in r.items() if k not in ("PartitionKey", "InstanceId")}
+                async for r in table.list_entities()}
+        assert rows.keys() == {"sdk", "lean"} and rows["sdk"] == rows["lean"]
+
+    asyncio.run(with_table(scenario))
+
+
+def test_lean_entity_calls_fail_with_the_sdks_exceptions() -> None:
+    async def scenario(table: TableClient) -> None:
+        key = "@orch@conflicts"
+        etag = await lean.write_entity(table, row(key), create=True)
+        with pytest.raises(ResourceExistsError) as exists:
+            await lean.write_entity(table, row(key), create=True)
+        assert exists.value.status_code == 409
+        await lean.write_entity(table, {"PartitionKey": key, "RowKey": "", "Small": 1})  # the ETag moves on
+        with pytest.raises(ResourceModifiedError) as modified:
+            await lean.write_entity(table, row(key), etag=etag, mode=UpdateMode.REPLACE)
+        assert modified.value.status_code == 412
+        with pytest.raises(ResourceNotFoundError):
+            await lean.get_entity(table, "absent", "")
+        with pytest.raises(ResourceNotFoundError):  # a conditional update of a missing row: 404, as the SDK
+            await lean.write_entity(table, row("absent"), etag=etag)
+        with pytest.raises(ResourceNotFoundError):
+            await table.update_entity(row("absent"), etag=etag, match_condition=lean.MatchConditions.IfNotModified)
+
+    asyncio.run(with_table(scenario))
+
+
+def test_lean_queue_messages_are_the_sdks_messages() -> None:
+    async def scenario() -> None:
+        async with QueueServiceClient.from_connection_string(CONNECTION) as service:
+            name = "lean-" + secrets.token_hex(6)
+            await service.create_queue(name)
+            queue: QueueClient = service.get_queue_client(name)
+            try:
+                text = '{"e":"<tag attr=\\"1\\"> & ü"}'
+                message_id, receipt = await lean.send_message(queue, text)
+                [received] = [m async for m in queue.receive_messages(max_messages=32, visibility_timeout=30)]
+                assert received.id == message_id and received.content == text and received.dequeue_count == 1
+                with pytest.raises(HttpResponseError) as stale:  # the receive issued a new pop receipt
+                    await lean.delete_message(queue, message_id, receipt)
+                assert stale.value.status_code in (400, 404)
+                await lean.delete_message(queue, received.id, received.pop_receipt)
+                with pytest.raises(ResourceNotFoundError):
+                    await lean.delete_message(queue, received.id, received.pop_receipt)
+
+                hidden_id, hidden_receipt = await lean.send_message(queue, "later", visibility_timeout=30)
+                assert [m async for m in queue.receive_messages(max_messages=32)] == []  # invisible for 30 s
+                updated = await queue.update_message(hidden_id, hidden_receipt, visibility_timeout=0)
+                [visible] = [m async for m in queue.receive_messages(max_messages=32)]
+                assert visible.id == hidden_id and visible.content == "later" and updated.pop_receipt
+                await lean.delete_message(queue, visible.id, visible.pop_receipt)
+                assert (await queue.get_queue_properties()).approximate_message_count == 0
+            finally:
+                await service.delete_queue(name)
+
+    asyncio.run(scenario())

@@ -14,8 +14,9 @@ noise hits all of them alike:
   history batches (``tests/hostdouble/durable/batch.py``: the SDK's operations and pipeline, the
   multipart envelope written without the ``email`` package);
 * ``host double: upsert`` / ``point read`` and ``queue send + delete`` (SDK and host double): the double's
-  single Durable calls (``tests/hostdouble/durable/lean.py``: the SDK's request builders and pipeline, not
-  its per-call wrappers), beside the same calls through the SDKs' public methods.
+  single Durable calls (``tests/hostdouble/durable/lean.py``: the SDK's request builders and the pipeline
+  policies that change a request, not its per-call wrappers and observing policies), beside the same calls
+  through the SDKs' public methods. All ``host double`` rows use the double's own (trimmed) clients.
 
     AzureWebJobsStorage=UseDevelopmentStorage=true .venv/bin/python bench/call_cost.py --calls 100 --rounds 5
 """
@@ -31,8 +32,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from azure.data.tables import TransactionOperation, UpdateMode
-from azure.data.tables.aio import TableClient
-from azure.storage.queue.aio import QueueClient
+from azure.data.tables.aio import TableClient, TableServiceClient
+from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -59,14 +60,21 @@ async def main() -> None:
     storage = await open_storage(settings)
     clients = storage.clients
     table = clients.table(clients.items_table_name)
-    lean_table = use_lean_transactions(clients.table(clients.items_table_name))
     container = clients.container(clients.events_container_name)
     blob = container.get_blob_client(f"bench-call-cost-{time.time_ns()}")
     await blob.create_append_blob()
     counter = iter(range(10**9))
-    queue = QueueClient.from_connection_string(settings.storage_connection_string or "UseDevelopmentStorage=true",
-                                               f"bench-call-cost-{time.time_ns()}", use_env_settings=False)
+    connection = settings.storage_connection_string or "UseDevelopmentStorage=true"
+    queue_name = f"bench-call-cost-{time.time_ns()}"
+    queue = QueueClient.from_connection_string(connection, queue_name, use_env_settings=False)
     await queue.create_queue()
+    # The double's clients: only the pipeline policies that change a request (lean.trim_*_service).
+    double_tables = lean.trim_table_service(
+        TableServiceClient.from_connection_string(connection, use_env_settings=False))
+    double_table = use_lean_transactions(double_tables.get_table_client(clients.items_table_name))
+    double_queues = lean.trim_queue_service(
+        QueueServiceClient.from_connection_string(connection, use_env_settings=False))
+    double_queue = double_queues.get_queue_client(queue_name)
 
     async def transaction(client: TableClient = table) -> None:
         pk = f"bench{next(counter)}"
@@ -77,7 +85,7 @@ async def main() -> None:
              {"mode": UpdateMode.REPLACE})])
 
     async def lean_transaction() -> None:
-        await transaction(lean_table)
+        await transaction(double_table)
 
     async def upsert() -> None:
         await table.upsert_entity({"PartitionKey": f"bench{next(counter)}", "RowKey": "i-000000", "body": BODY},
@@ -90,19 +98,19 @@ async def main() -> None:
         await blob.append_block(b"x" * 500)
 
     async def lean_upsert() -> None:
-        await lean.write_entity(table, {"PartitionKey": f"bench{next(counter)}", "RowKey": "i-000000", "body": BODY},
-                                mode=UpdateMode.REPLACE)
+        await lean.write_entity(double_table, {"PartitionKey": f"bench{next(counter)}", "RowKey": "i-000000",
+                                               "body": BODY}, mode=UpdateMode.REPLACE)
 
     async def lean_point_read() -> None:
-        await lean.get_entity(table, "bench0", "i-000000")
+        await lean.get_entity(double_table, "bench0", "i-000000")
 
     async def queue_pair() -> None:
         sent = await queue.send_message(BODY, visibility_timeout=30)
         await queue.delete_message(sent.id, sent.pop_receipt)
 
     async def lean_queue_pair() -> None:
-        message_id, receipt = await lean.send_message(queue, BODY, 30)
-        await lean.delete_message(queue, message_id, receipt)
+        message_id, receipt = await lean.send_message(double_queue, BODY, 30)
+        await lean.delete_message(double_queue, message_id, receipt)
 
     async def put_one() -> None:
         await storage.items.put_input_items(new_response_id(), [_item(0)])
@@ -134,7 +142,7 @@ async def main() -> None:
     finally:
         await blob.delete_blob()
         await queue.delete_queue()
-        await queue.close()
+        await asyncio.gather(queue.close(), double_tables.close(), double_queues.close())
         await storage.close()
     print(f"per call, {args.rounds} rounds of {args.calls} calls each, interleaved (median of rounds; min-max)")
     print(f"{'call':40} {'CPU ms':>22} {'wall ms':>22}")

@@ -14,7 +14,9 @@ from azure.core.exceptions import (
     ResourceExistsError,
     ResourceModifiedError,
     ResourceNotFoundError,
+    ServiceRequestError,
 )
+from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
@@ -35,18 +37,57 @@ def stored(entity: Any) -> dict[str, Any]:
     return {**dict(entity), "_etag": entity.metadata["etag"]}
 
 
-async def with_table(scenario: Any) -> None:
-    async with TableServiceClient.from_connection_string(CONNECTION) as service:
+async def with_table(scenario: Any, transport: Any = None) -> None:
+    """Runs ``scenario`` with a table client of a trimmed service (as the double's), the SDK's beside it."""
+    async with (TableServiceClient.from_connection_string(CONNECTION) as service,
+                lean.trim_table_service(TableServiceClient.from_connection_string(
+                    CONNECTION, **({"transport": transport} if transport else {}))) as trimmed):
         name = "lean" + secrets.token_hex(6)
         await service.create_table(name)
         try:
-            await scenario(service.get_table_client(name))
+            await scenario(service.get_table_client(name), trimmed.get_table_client(name))
         finally:
             await service.delete_table(name)
 
 
+class FailsFirst(AioHttpTransport):
+    """A transport whose first request fails before it reaches storage (a dropped connection)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def send(self, request: Any, **kwargs: Any) -> Any:
+        self.attempts += 1
+        if self.attempts == 1:
+            raise ServiceRequestError("connection dropped (test)")
+        return await super().send(request, **kwargs)
+
+
+def test_trimmed_pipelines_keep_headers_signing_and_retries_and_drop_only_observers() -> None:
+    tables = lean.trim_table_service(TableServiceClient.from_connection_string(CONNECTION))
+    queues = lean.trim_queue_service(QueueServiceClient.from_connection_string(CONNECTION))
+    table_policies = [type(getattr(p, "_policy", p)).__name__
+                      for p in tables.get_table_client("t")._client._client._pipeline._impl_policies]
+    queue_policies = [type(getattr(p, "_policy", p)).__name__
+                      for p in queues.get_queue_client("q")._pipeline._impl_policies]
+    for kept in (table_policies, queue_policies):
+        assert not set(kept) & lean.OBSERVING_POLICIES
+        assert "StorageHeadersPolicy" in kept and "SharedKeyCredentialPolicy" in kept and "StorageHosts" in kept
+    assert "AsyncTablesRetryPolicy" in table_policies and "ExponentialRetry" in queue_policies
+    assert queue_policies.index("ExponentialRetry") < queue_policies.index("SharedKeyCredentialPolicy")
+
+    async def retried(sdk: TableClient, table: TableClient) -> None:
+        etag = (await sdk.create_entity(row("@orch@retried")))["etag"]
+        assert (await lean.get_entity(table, "@orch@retried", "")).metadata["etag"] == etag
+
+    transport = FailsFirst()
+    asyncio.run(with_table(retried, transport))
+    assert transport.attempts == 2  # the dropped attempt and its retry
+
+
 def test_lean_entity_writes_store_what_the_sdks_store() -> None:
-    async def scenario(table: TableClient) -> None:
+    async def scenario(table: TableClient, trimmed: TableClient) -> None:
         for key_suffix, write in (("sdk", None), ("lean", lean.write_entity)):
             key = f"@orch@it's {key_suffix}"
             first = row(key)
@@ -56,12 +97,12 @@ def test_lean_entity_writes_store_what_the_sdks_store() -> None:
                 replaced = (await table.update_entity(row(key, Small=9), mode=UpdateMode.REPLACE, etag=merged,
                                                       match_condition=lean.MatchConditions.IfNotModified))["etag"]
             else:
-                created = await write(table, first, create=True)
-                merged = await write(table, {"PartitionKey": key, "RowKey": "", "Small": 8})
-                replaced = await write(table, row(key, Small=9), etag=merged, mode=UpdateMode.REPLACE)
+                created = await write(trimmed, first, create=True)
+                merged = await write(trimmed, {"PartitionKey": key, "RowKey": "", "Small": 8})
+                replaced = await write(trimmed, row(key, Small=9), etag=merged, mode=UpdateMode.REPLACE)
             assert created and merged and replaced and len({created, merged, replaced}) == 3
             sdk_view = await table.get_entity(key, "")
-            lean_view = await lean.get_entity(table, key, "")
+            lean_view = await lean.get_entity(trimmed, key, "")
             assert stored(sdk_view) == stored(lean_view)
             assert lean_view.metadata["etag"] == replaced
             assert lean_view["Count"] == 2**31 - 1 and lean_view["Small"] == 9 and lean_view["Blob"] == b"\x00\x01"
@@ -74,7 +115,7 @@ def test_lean_entity_writes_store_what_the_sdks_store() -> None:
 
 
 def test_lean_entity_calls_fail_with_the_sdks_exceptions() -> None:
-    async def scenario(table: TableClient) -> None:
+    async def scenario(sdk: TableClient, table: TableClient) -> None:
         key = "@orch@conflicts"
         etag = await lean.write_entity(table, row(key), create=True)
         with pytest.raises(ResourceExistsError) as exists:
@@ -89,21 +130,23 @@ def test_lean_entity_calls_fail_with_the_sdks_exceptions() -> None:
         with pytest.raises(ResourceNotFoundError):  # a conditional update of a missing row: 404, as the SDK
             await lean.write_entity(table, row("absent"), etag=etag)
         with pytest.raises(ResourceNotFoundError):
-            await table.update_entity(row("absent"), etag=etag, match_condition=lean.MatchConditions.IfNotModified)
+            await sdk.update_entity(row("absent"), etag=etag, match_condition=lean.MatchConditions.IfNotModified)
 
     asyncio.run(with_table(scenario))
 
 
 def test_lean_queue_messages_are_the_sdks_messages() -> None:
     async def scenario() -> None:
-        async with QueueServiceClient.from_connection_string(CONNECTION) as service:
+        async with (QueueServiceClient.from_connection_string(CONNECTION) as service,
+                    lean.trim_queue_service(QueueServiceClient.from_connection_string(CONNECTION)) as trimmed):
             name = "lean-" + secrets.token_hex(6)
             await service.create_queue(name)
-            queue: QueueClient = service.get_queue_client(name)
+            sdk: QueueClient = service.get_queue_client(name)
+            queue: QueueClient = trimmed.get_queue_client(name)
             try:
                 text = '{"e":"<tag attr=\\"1\\"> & ü"}'
                 message_id, receipt = await lean.send_message(queue, text)
-                [received] = [m async for m in queue.receive_messages(max_messages=32, visibility_timeout=30)]
+                [received] = [m async for m in sdk.receive_messages(max_messages=32, visibility_timeout=30)]
                 assert received.id == message_id and received.content == text and received.dequeue_count == 1
                 with pytest.raises(HttpResponseError) as stale:  # the receive issued a new pop receipt
                     await lean.delete_message(queue, message_id, receipt)
@@ -113,12 +156,12 @@ def test_lean_queue_messages_are_the_sdks_messages() -> None:
                     await lean.delete_message(queue, received.id, received.pop_receipt)
 
                 hidden_id, hidden_receipt = await lean.send_message(queue, "later", visibility_timeout=30)
-                assert [m async for m in queue.receive_messages(max_messages=32)] == []  # invisible for 30 s
-                updated = await queue.update_message(hidden_id, hidden_receipt, visibility_timeout=0)
-                [visible] = [m async for m in queue.receive_messages(max_messages=32)]
+                assert [m async for m in sdk.receive_messages(max_messages=32)] == []  # invisible for 30 s
+                updated = await sdk.update_message(hidden_id, hidden_receipt, visibility_timeout=0)
+                [visible] = [m async for m in sdk.receive_messages(max_messages=32)]
                 assert visible.id == hidden_id and visible.content == "later" and updated.pop_receipt
                 await lean.delete_message(queue, visible.id, visible.pop_receipt)
-                assert (await queue.get_queue_properties()).approximate_message_count == 0
+                assert (await sdk.get_queue_properties()).approximate_message_count == 0
             finally:
                 await service.delete_queue(name)
 

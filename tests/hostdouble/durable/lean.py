@@ -14,6 +14,12 @@ transport), the deserialized entity (``_convert_to_entity``) and the exception t
 (``ResourceNotFoundError`` for 404, ``ResourceExistsError`` for 409, ``ResourceModifiedError`` for 412,
 ``HttpResponseError`` with ``status_code`` otherwise). ``tests/hostdouble/test_lean.py`` compares both
 paths on Azurite: what is stored, what comes back, and the failures.
+
+The double's clients also leave out the pipeline policies that only observe or decorate a request
+(:data:`OBSERVING_POLICIES`: tracing, logging, user agent, request ids, proxy and redirect handling,
+response hooks): each costs every call CPU and none changes what storage sees, except headers it never
+reads. What every call keeps: the storage headers (``x-ms-date``, ``x-ms-version``), the signing, the
+hosts policy, the retry policy and the content decoding, in the SDK's order.
 """
 
 from __future__ import annotations
@@ -34,14 +40,21 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
     map_error,
 )
+from azure.core.pipeline import AsyncPipeline
 from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables import TableEntity, UpdateMode
 from azure.data.tables._deserialize import _convert_to_entity
 from azure.data.tables._serialize import _prepare_key
 from azure.data.tables._table_batch import TableBatchOperations
-from azure.data.tables.aio import TableClient
-from azure.storage.queue.aio import QueueClient
+from azure.data.tables.aio import TableClient, TableServiceClient
+from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
+OBSERVING_POLICIES = frozenset({
+    "RequestIdPolicy", "UserAgentPolicy", "ProxyPolicy", "AsyncRedirectPolicy", "CustomHookPolicy",
+    "NetworkTraceLoggingPolicy", "DistributedTracingPolicy", "HttpLoggingPolicy", "RangeHeaderPolicy",
+    "AsyncContentValidationPolicy", "StorageRequestHook", "StorageLoggingPolicy", "AsyncStorageResponseHook",
+    "StorageSensitiveHeaderCleanupPolicy",
+})
 _ERRORS: Mapping[int, type[HttpResponseError]] = {
     404: ResourceNotFoundError, 409: ResourceExistsError, 412: ResourceModifiedError}
 _MESSAGE_ID = re.compile(r"<MessageId>([^<]*)</MessageId>")
@@ -54,6 +67,24 @@ async def _send(pipeline_client: Any, request: HttpRequest, expected: int) -> As
         map_error(status_code=response.status_code, response=response, error_map=_ERRORS)
         raise HttpResponseError(response=response)
     return response
+
+
+# ------------------------------------------------------------------------------------------------ pipelines
+def _essential(policies: list[Any]) -> list[Any]:
+    return [p for p in policies if p is not None and type(p).__name__ not in OBSERVING_POLICIES]
+
+
+def trim_table_service(service: TableServiceClient) -> TableServiceClient:
+    """Table clients this service hands out (``get_table_client``) run only the essential policies."""
+    service._policies = _essential(service._policies)
+    return service
+
+
+def trim_queue_service(service: QueueServiceClient) -> QueueServiceClient:
+    """Queue clients this service hands out (``get_queue_client``) run only the essential policies."""
+    policies = [getattr(p, "_policy", p) for p in service._pipeline._impl_policies]  # unwrap SansIO runners
+    service._pipeline = AsyncPipeline(service._pipeline._transport, policies=_essential(policies))
+    return service
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -117,4 +148,5 @@ async def delete_message(queue: QueueClient, message_id: str, pop_receipt: str) 
     await _send(queue._client._client, request, 204)
 
 
-__all__ = ["delete_message", "get_entity", "send_message", "write_entity"]
+__all__ = ["OBSERVING_POLICIES", "delete_message", "get_entity", "send_message", "trim_queue_service",
+           "trim_table_service", "write_entity"]

@@ -147,8 +147,9 @@ class Storage:
         # use_env_settings=False: aiohttp otherwise looks up proxy variables and ~/.netrc on every request.
         common: dict[str, Any] = {"connection_timeout": _CONNECT_TIMEOUT_S, "read_timeout": _READ_TIMEOUT_S,
                                   "retry_total": 3, "use_env_settings": False}
-        self.tables = TableServiceClient.from_connection_string(connection_string, **common)
-        self.queues = QueueServiceClient.from_connection_string(connection_string, **common)
+        # Only the pipeline policies that change a request (see lean.py): the rest is the SDK's overhead.
+        self.tables = lean.trim_table_service(TableServiceClient.from_connection_string(connection_string, **common))
+        self.queues = lean.trim_queue_service(QueueServiceClient.from_connection_string(connection_string, **common))
         self.blobs = BlobServiceClient.from_connection_string(connection_string, **common)
         self.instances = self.tables.get_table_client(names.instances_table)
         # History commits are table transactions; see batch.py for why the double writes their envelope.

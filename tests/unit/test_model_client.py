@@ -26,11 +26,13 @@ def _settings(endpoint: str, **extra: str) -> Settings:
 
 async def _call(settings: Settings) -> None:
     client = model.create_client(settings)
-    stream = await client.chat.completions.create(model="dep", messages=[{"role": "user", "content": "hi"}],
-                                                  stream=True)
-    async for _ in stream:
-        pass
-    await client.close()
+    try:  # closed on every path: a client left open holds its pooled connection to the module's server
+        stream = await client.chat.completions.create(model="dep", messages=[{"role": "user", "content": "hi"}],
+                                                      stream=True)
+        async for _ in stream:
+            pass
+    finally:
+        await client.close()
 
 
 @pytest.mark.parametrize(("suffix", "path"), [

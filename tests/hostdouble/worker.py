@@ -313,11 +313,7 @@ def invocation_router(app: Any, invocations: dict[str, Invocation]) -> Any:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        result = await handler(json.loads(b"".join(chunks)))
-        body = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await JSONResponse(await handler(json.loads(b"".join(chunks))))(scope, receive, send)
 
     return route
 

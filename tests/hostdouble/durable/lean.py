@@ -44,6 +44,9 @@ from azure.core.pipeline import AsyncPipeline
 from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.data.tables import TableEntity, UpdateMode
 from azure.data.tables._deserialize import _convert_to_entity
+from azure.data.tables._generated.operations._operations import (
+    build_table_query_entity_with_partition_and_row_key_request,
+)
 from azure.data.tables._serialize import _prepare_key
 from azure.data.tables._table_batch import TableBatchOperations
 from azure.data.tables.aio import TableClient, TableServiceClient
@@ -112,11 +115,10 @@ async def write_entity(table: TableClient, entity: Mapping[str, Any], *, create:
 
 async def get_entity(table: TableClient, partition_key: str, row_key: str) -> TableEntity:
     """One entity by its keys, as ``TableClient.get_entity`` returns it (``metadata['etag']`` included)."""
-    url = (f"{table.scheme}://{table._primary_hostname}/{quote(table.table_name)}"
-           f"(PartitionKey='{quote(_prepare_key(partition_key))}',RowKey='{quote(_prepare_key(row_key))}')")
-    request = HttpRequest("GET", url, headers={
-        "x-ms-version": table._client._config.version, "DataServiceVersion": "3.0",
-        "Accept": "application/json;odata=minimalmetadata"})
+    request = build_table_query_entity_with_partition_and_row_key_request(  # the SDK's own builder
+        table=table.table_name, partition_key=_prepare_key(partition_key), row_key=_prepare_key(row_key),
+        version=table._client._config.version)
+    request.url = f"{table.scheme}://{table._primary_hostname}{request.url}"
     response = await _send(table._client._client, request, 200)
     entity: TableEntity = _convert_to_entity(json.loads(response.content))  # type: ignore[no-untyped-call]
     return entity

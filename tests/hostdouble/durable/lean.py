@@ -7,8 +7,9 @@ tracing decorator, the generated operation's request and response (de)serializat
 translation), the other half is the pipeline and the transport (``bench/call_cost.py``). That overhead is the
 Python model's, not the .NET host's it stands in for, and it counted in every figure of the double's host.
 
-What stays the SDK's: the request (``TableBatchOperations`` builds each table operation exactly as the
-SDK's single-entity and transaction paths do: OData types, keys, ``If-Match``; queue requests mirror the
+What stays the SDK's: the request (the SDK's own builders make the table requests: ``TableBatchOperations``
+each write, as its single-entity and transaction paths do (OData types, keys, ``If-Match``), the generated
+``build_table_query_entity_with_partition_and_row_key_request`` the point read; queue requests mirror the
 SDK's URL, query and XML body), the client's whole pipeline (SharedKey signing, the retry policy, the
 transport), the deserialized entity (``_convert_to_entity``) and the exception types callers catch
 (``ResourceNotFoundError`` for 404, ``ResourceExistsError`` for 409, ``ResourceModifiedError`` for 412,

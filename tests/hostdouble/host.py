@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -37,7 +36,7 @@ from .failures import Outcome
 from .forwarding import BrokenStream, FailedBeforeHeaders, Forwarder, NoHeadersInTime
 from .protocol import BINDINGS_HEADER, DURABLE_PREFIX, FUNCTION_HEADER, INVOCATION_HEADER, ROUTE_PARAMS_HEADER
 from .routes import RouteError, Router
-from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor, post_json, rpc_session
+from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor
 from .timers import TimerScheduler
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
@@ -123,7 +122,6 @@ class Host:
         self.api = DurableApi(self)
         self.timers = TimerScheduler(self.runtime.storage, self.config.host_id, log, self._invoke_timer)
         self.forwarder = Forwarder(PROXY_IDLE_TIMEOUT)  # HTTP functions' requests, on to the worker
-        self._rpc: aiohttp.ClientSession | None = None  # created in the running loop (see rpc)
         self.router = Router()
         self.function_errors: dict[str, str] = {}
         self.episode_reruns = 0
@@ -161,16 +159,7 @@ class Host:
         await self.supervisor.stop()
         await self.runtime.close(graceful=graceful)
         await self.forwarder.aclose()
-        if self._rpc is not None:
-            await self._rpc.close()
         self._save_carried()
-
-    @property
-    def rpc(self) -> aiohttp.ClientSession:
-        """The pool invocations go through (:func:`rpc_session`); HTTP functions go through :attr:`forwarder`."""
-        if self._rpc is None:
-            self._rpc = rpc_session()
-        return self._rpc
 
     def _save_carried(self) -> None:
         if not self.state_file:
@@ -270,14 +259,14 @@ class Host:
         name = self._functions.get(function, {}).get("durable_name")
         return await self.supervisor.call(
             "orchestrator", function, name, instance_id,
-            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/orchestrator",
+            lambda inv: inv.stream.call(inv.id, "orchestrator",
                                   {"function": function, "context": context}, inv.headers), attempt)
 
     async def invoke_activity(self, function: str, name: str, instance_id: str, input_: Any,
                               on_attempt: Any) -> Outcome:
         return await self.supervisor.call(
             "activity", function, name, instance_id,
-            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/activity",
+            lambda inv: inv.stream.call(inv.id, "activity",
                                   {"function": function, "input": input_, "invocation_id": inv.id,
                                    "bindings": self._bindings(function)}, inv.headers), on_attempt)
 
@@ -288,14 +277,14 @@ class Host:
         name = self._functions.get(function, {}).get("durable_name")
         return await self.supervisor.call(
             "entity", function, name, entity_id,
-            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/entity",
+            lambda inv: inv.stream.call(inv.id, "entity",
                                   {"function": function, "context": context}, inv.headers), attempt)
 
     async def _invoke_timer(self, meta: dict[str, Any], timer: dict[str, Any]) -> Outcome:
         function = meta["name"]
         return await self.supervisor.call(
             "timer", function, function, None,
-            lambda inv: post_json(self.rpc, inv.base_url + "/_hostdouble/timer",
+            lambda inv: inv.stream.call(inv.id, "timer",
                                   {"function": function, "timer": timer, "invocation_id": inv.id,
                                    "bindings": self._bindings(function)}, inv.headers))
 

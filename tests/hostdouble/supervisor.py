@@ -41,8 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
+from .eventstream import HostStream, WorkerAnsweredError, open_pipes
 from .failures import Answered, HostStopping, Outcome, TimedOut, WorkerExited, exit_code_of
 from .protocol import KILL_HEADER, WORKER_READY_PREFIX
 
@@ -90,6 +89,7 @@ class Invocation:
     instance_id: str | None
     generation: int
     base_url: str
+    stream: HostStream
     headers: dict[str, str]
     outcome: asyncio.Future[Outcome]
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -116,6 +116,7 @@ class WorkerSupervisor:
         self.proc: asyncio.subprocess.Process | None = None
         self.pid: int | None = None
         self.base_url: str | None = None
+        self.stream: HostStream | None = None
         self.functions: list[dict[str, Any]] = []
         self.invocations: dict[str, Invocation] = {}
         self.kill_plan: KillPlan | None = None
@@ -182,13 +183,29 @@ class WorkerSupervisor:
         generation = self.generation
         self._ready.clear()
         self.base_url = None
+        if self.stream is not None:
+            self.stream.close()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.hostdouble.worker", "--app-dir", self.app_dir, "--script", self.script,
-            cwd=self.app_dir, env=env, stdout=asyncio.subprocess.PIPE, stderr=None, limit=2**24,
-        )
+        # The event stream (eventstream.py): the worker reads invocations from one pipe, answers on the other.
+        to_worker_read, to_worker_write = os.pipe()
+        from_worker_read, from_worker_write = os.pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tests.hostdouble.worker", "--app-dir", self.app_dir, "--script", self.script,
+                "--stream-fds", f"{to_worker_read},{from_worker_write}",
+                cwd=self.app_dir, env=env, stdout=asyncio.subprocess.PIPE, stderr=None, limit=2**24,
+                pass_fds=(to_worker_read, from_worker_write),
+            )
+        except BaseException:
+            for fd in (to_worker_write, from_worker_read):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (to_worker_read, from_worker_write):  # the worker's ends, now the worker's alone
+                os.close(fd)
+        self.stream = HostStream(*await open_pipes(from_worker_read, to_worker_write))
         self.proc = proc
         self.pid = proc.pid
         self.log(f"worker generation {generation} started (pid {proc.pid})")
@@ -268,15 +285,16 @@ class WorkerSupervisor:
         await self._spawn()
 
     # ----------------------------------------------------------------------------------------- invocations
-    async def wait_ready(self) -> tuple[int, str]:
-        """The ready worker as ``(generation, base_url)``; while it restarts, wait (the host holds requests)."""
+    async def wait_ready(self) -> tuple[int, str, HostStream]:
+        """The ready worker as ``(generation, base_url, stream)``; while it restarts, wait (the host holds
+        requests)."""
         if self._stopping or self.state == STOPPED:
             raise HostIsStopping()
-        if self.state == INITIALIZED and self.base_url is not None:
-            return self.generation, self.base_url
+        if self.state == INITIALIZED and self.base_url is not None and self.stream is not None:
+            return self.generation, self.base_url, self.stream
         self.held += 1
         deadline = time.monotonic() + HOLD_LIMIT_S
-        while not (self.state == INITIALIZED and self.base_url is not None):
+        while not (self.state == INITIALIZED and self.base_url is not None and self.stream is not None):
             if self._stopping or self.state == STOPPED:
                 raise HostIsStopping()
             remaining = deadline - time.monotonic()
@@ -288,12 +306,12 @@ class WorkerSupervisor:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)
-        return self.generation, self.base_url
+        return self.generation, self.base_url, self.stream
 
     async def begin(self, kind: str, function: str, name: str | None = None,
                     instance_id: str | None = None) -> Invocation:
         """Dispatch: wait for a worker, register the invocation, arm its timeout (and a kill, if planned)."""
-        generation, base_url = await self.wait_ready()
+        generation, base_url, stream = await self.wait_ready()
         headers: dict[str, str] = {}
         plan = self.kill_plan
         if plan is not None and plan.matches(kind, function, name):
@@ -303,7 +321,7 @@ class WorkerSupervisor:
                                "pid": self.pid, "delay": plan.delay, "at": time.time()})
             self.log(f"kill armed for this {kind} invocation of '{name or function}' "
                      f"(worker pid {self.pid}, {plan.delay:.2f} s after it starts)")
-        invocation = Invocation(kind, function, name, instance_id, generation, base_url, headers,
+        invocation = Invocation(kind, function, name, instance_id, generation, base_url, stream, headers,
                                 asyncio.get_running_loop().create_future())
         self.invocations[invocation.id] = invocation
         if self.function_timeout is not None:
@@ -372,56 +390,28 @@ class WorkerSupervisor:
 
     async def _attempt(self, invocation: Invocation, send: Callable[[Invocation], Awaitable[dict[str, Any]]]
                        ) -> Outcome:
-        while True:
-            request = asyncio.ensure_future(send(invocation))
-            waiting: set[asyncio.Future[Any]] = {request, invocation.outcome}
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if request in done:
-                error = request.exception()
-                if error is None:
-                    invocation.finished_in_worker = True
-                    if invocation.outcome.done():  # answered after its timeout: the timeout stands
-                        return invocation.outcome.result()
-                    return Answered(request.result())
-                if isinstance(error, WorkerAnsweredError):
-                    return Answered({"ok": False, "error": f"worker answered HTTP {error.status}",
-                                     "stack": error.text[:2000]})
-                if invocation.outcome.done():
-                    return invocation.outcome.result()
-                if await self.wait_alive(invocation):
-                    continue  # the worker lives: a stale pooled connection, the request never ran
-                return await invocation.outcome  # resolved by the exit watcher (or the timeout)
+        request = asyncio.ensure_future(send(invocation))
+        waiting: set[asyncio.Future[Any]] = {request, invocation.outcome}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if request not in done:  # the worker died, or the invocation timed out, first
             request.cancel()
             with contextlib.suppress(BaseException):
                 await request
             return invocation.outcome.result()
-
-
-class WorkerAnsweredError(Exception):
-    """The worker answered an invocation with a non-2xx status (the invocation ran, or was refused)."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"worker answered HTTP {status}")
-        self.status, self.text = status, text
-
-
-def rpc_session() -> aiohttp.ClientSession:
-    """The host's connection pool for invocations (orchestrator episodes, activities, entity batches, timers).
-
-    aiohttp, not httpx: a small JSON POST costs this process ~0.3 ms of CPU instead of ~1 ms (measured on
-    loopback), and the double's own overhead counts in the host's CPU figures. Pooled connections expire
-    well before the worker's keep-alive timeout (see ``worker.serve``).
-    """
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000, keepalive_timeout=20.0),
-                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0))
-
-
-async def post_json(session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
-                    headers: dict[str, str] | None = None) -> dict[str, Any]:
-    data = json.dumps(payload).encode()
-    async with session.post(url, data=data, headers={"Content-Type": "application/json", **(headers or {})}) as answer:
-        body = await answer.read()
-        if not 200 <= answer.status < 300:
-            raise WorkerAnsweredError(answer.status, body.decode("utf-8", "replace"))
-    result: dict[str, Any] = json.loads(body)
-    return result
+        error = request.exception()
+        if error is None:
+            invocation.finished_in_worker = True
+            if invocation.outcome.done():  # answered after its timeout: the timeout stands
+                return invocation.outcome.result()
+            return Answered(request.result())
+        if isinstance(error, WorkerAnsweredError):
+            return Answered({"ok": False, "error": f"worker refused the invocation ({error.status})",
+                             "stack": error.text[:2000]})
+        if invocation.outcome.done():
+            return invocation.outcome.result()
+        if await self.wait_alive(invocation):
+            # The stream broke under a live worker: the host can no longer reach it, so the worker is
+            # replaced (the harsher reading; a live worker keeps its stream open).
+            self.log(f"the event stream of worker pid {self.pid} broke ({error}): restarting it")
+            self.kill()
+        return await invocation.outcome  # resolved by the exit watcher (or the timeout)

@@ -10,9 +10,10 @@ then serves on an ephemeral loopback port:
   worker's HTTP-streaming path (FastAPI ``Request`` with ``path_params`` synced from the host's route
   params, ``client=<durable client binding JSON string>``), the returned FastAPI response (e.g.
   ``StreamingResponse``) is served as is, so its ``body_iterator`` streams chunk by chunk.
-* ``POST /_hostdouble/orchestrator|activity|entity``: one orchestrator episode, one activity invocation,
-  one entity batch, with the Durable converters of ``azure-functions`` (``OrchestrationContext``,
-  ``ActivityTriggerConverter.decode/encode``, ``EntityContext``).
+* on the host's event stream (:mod:`tests.hostdouble.eventstream`, a pair of pipes given by ``--stream-fds``):
+  one orchestrator episode, one activity invocation, one entity batch or one timer run per message, with
+  the Durable converters of ``azure-functions`` (``OrchestrationContext``,
+  ``ActivityTriggerConverter.decode/encode``, ``EntityContext``). The worker exits when that stream closes.
 
 When ready it prints one line ``HOSTDOUBLE_WORKER_READY {json}`` (port, pid, function metadata) on stdout.
 It exits when its parent (the host) dies.
@@ -45,6 +46,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from .eventstream import Handler, open_pipes, serve_worker_stream
 from .protocol import (
     BINDINGS_HEADER,
     FUNCTION_HEADER,
@@ -199,7 +201,11 @@ async def _call(info: FunctionInfo, kwargs: dict[str, Any], invocation_id: str, 
     return result
 
 
-def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
+Invocation = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> tuple[Any, dict[str, Invocation]]:
+    """The worker's HTTP app (HTTP-triggered functions, health) and its invocation handlers by kind."""
     from azure.functions import meta
     from azure.functions.durable_functions import (
         ActivityTriggerConverter,
@@ -280,42 +286,18 @@ def build_app(functions: dict[str, FunctionInfo], app_dir: str) -> Any:
         kwargs = {info.trigger_param: request, **bindings}
         return await _call(info, kwargs, invocation_id, app_dir)
 
-    return invocation_router(app, {"/_hostdouble/orchestrator": orchestrator, "/_hostdouble/activity": activity,
-                                   "/_hostdouble/entity": entity, "/_hostdouble/timer": timer})
+    return app, {"orchestrator": orchestrator, "activity": activity, "entity": entity, "timer": timer}
 
 
-Invocation = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+def invocation_handler(invocations: dict[str, Invocation]) -> Handler:
+    """What the worker's end of the event stream runs for each invocation: its kind's handler (a kill
+    planned by the host is armed first)."""
 
-
-def invocation_router(app: Any, invocations: dict[str, Invocation]) -> Any:
-    """An ASGI app: the host's invocations (``POST /_hostdouble/<kind>``) straight to their handler, the rest
-    (HTTP-triggered functions, health) to ``app``.
-
-    Why not FastAPI routes: the real worker receives invocations as gRPC messages on one stream, with no
-    HTTP routing, request objects or response classes per invocation. That machinery cost the worker's
-    process CPU on every orchestrator episode, activity and entity batch; here an invocation costs the
-    JSON body in and the JSON result out. HTTP-triggered functions still get FastAPI's ``Request`` and
-    responses, as they do from the real worker's HTTP-streaming path.
-    """
-
-    async def route(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        handler = invocations.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if handler is None:
-            await app(scope, receive, send)
-            return
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    async def handle(kind: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         _kill_if_asked(headers)
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # the host gave up on this invocation (its connection closed)
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        await JSONResponse(await handler(json.loads(b"".join(chunks))))(scope, receive, send)
+        return await invocations[kind](body)
 
-    return route
+    return handle
 
 
 def _die_with_parent() -> None:
@@ -334,29 +316,35 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-async def serve(app_dir: str, script: str) -> None:
+async def serve(app_dir: str, script: str, stream_fds: tuple[int, int]) -> None:
     functions = {f.name: f for f in index_app(app_dir, script)}
-    app = build_app(functions, app_dir)
+    app, invocations = build_app(functions, app_dir)
+    reader, writer = await open_pipes(*stream_fds)
+    stream = asyncio.create_task(serve_worker_stream(reader, writer, invocation_handler(invocations)))
     sock = loopback_socket(0)
     port = sock.getsockname()[1]
     # Keep idle connections longer than the host's pool does, so the host never reuses a closing one.
     _, task = await start_server(app, sock, keep_alive_s=120, graceful_s=1)
     ready = {"port": port, "pid": os.getpid(), "functions": [f.meta() for f in functions.values()]}
     print(WORKER_READY_PREFIX + json.dumps(ready), flush=True)
-    await task
+    await asyncio.wait([task, stream], return_when=asyncio.FIRST_COMPLETED)
+    if stream.done():  # the host's end of the event stream closed: the host is gone, so is its worker
+        os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.hostdouble.worker")
     parser.add_argument("--app-dir", required=True)
     parser.add_argument("--script", default=os.environ.get("PYTHON_SCRIPT_FILE_NAME", "function_app.py"))
+    parser.add_argument("--stream-fds", required=True, help="READ,WRITE: the pipe ends of the host's event stream")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _die_with_parent()
     app_dir = str(Path(args.app_dir).resolve())
     os.chdir(app_dir)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(app_dir, args.script))
+        read_fd, write_fd = (int(fd) for fd in args.stream_fds.split(","))
+        asyncio.run(serve(app_dir, args.script, (read_fd, write_fd)))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def _not_streamed(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("the lean transport reads every body whole; streamed calls use the SDK's transport")
 
 
-class LeanLoopbackTransport(AsyncHttpTransport):  # type: ignore[misc,type-arg]
+class LeanLoopbackTransport(AsyncHttpTransport):  # type: ignore[misc]
     """``azure.core.rest`` requests to ``http`` endpoints over pooled keep-alive connections; the rest to
     ``fallback`` (the SDK's own transport, which this one owns and closes)."""
 

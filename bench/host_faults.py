@@ -5,7 +5,7 @@
     .venv/bin/python bench/host_faults.py product                # function_app.py: 3 runs in flight, SIGKILL, restart
     .venv/bin/python bench/host_faults.py calls --steps 20       # storage calls of a 20-activity orchestration
     .venv/bin/python bench/host_faults.py calls --product        # the Durable backend's calls per response
-    .venv/bin/python bench/host_faults.py idle --seconds 20      # the host process's CPU while idle (ms/s)
+    .venv/bin/python bench/host_faults.py idle --product         # CPU per process while idle (ms/s)
 
 ``--set name=value`` overrides a host.json value for the double (``--set functionTimeout=00:10:00``,
 ``--set extensions.durableTask.storageProvider.controlQueueVisibilityTimeout=00:00:30``), through the
@@ -181,23 +181,43 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def idle(args: argparse.Namespace) -> dict[str, Any]:
+    """CPU per process and storage calls of a double with nothing to do.
+
+    For ``--product``, one small response runs first (an instance that served traffic and went idle: its
+    first requests' one-time imports are not idle cost), then ``--warmup`` seconds pass (the queue pollers
+    back off to ``maxQueuePollingInterval``). The default window is 60 s: the app's repair sweep is a timer
+    that runs once a minute, so a whole minute holds exactly one of them and a shorter window holds one or
+    none, depending on when it starts."""
     env = overrides(args.set, args.repo_settings)
     app = ROOT if args.product else FIXTURE_APP
     settings = None if args.product else "fixture.settings.json"
     with HostDouble(app, settings=settings, env=env) as double:
         assert double.proc is not None
         host_pid = double.stats()["host_pid"]
+        if args.product:
+            body = {"model": "m", "input": "warm up", "stream": True,
+                    "metadata": {"research_phases": "1", "words_per_phase": "3", "delta_delay_ms": "0"}}
+            with httpx.Client(base_url=double.base_url, timeout=60) as http, \
+                    http.stream("POST", "/responses", json=body) as stream:
+                for _ in stream.iter_lines():
+                    pass
         time.sleep(args.warmup)  # the polling back-off grows to its ceiling first
         before_calls = double.stats()["storage_calls_total"]
-        tree = [double.proc.pid, *(c.pid for c in psutil.Process(double.proc.pid).children(recursive=True))]
-        start_host, start_tree, started = cpu_seconds(host_pid), sum(map(cpu_seconds, tree)), time.monotonic()
+        children = psutil.Process(double.proc.pid).children(recursive=True)
+        roles = {double.proc.pid: "platform", host_pid: "host"}
+        roles.update({c.pid: "worker" for c in children if c.pid not in roles})
+        start_cpu, started = {pid: cpu_seconds(pid) for pid in roles}, time.monotonic()
         time.sleep(args.seconds)
         elapsed = time.monotonic() - started
-        host_used, tree_used = cpu_seconds(host_pid) - start_host, sum(map(cpu_seconds, tree)) - start_tree
+        used = {role: 0.0 for role in roles.values()}
+        for pid, role in roles.items():
+            used[role] += cpu_seconds(pid) - start_cpu[pid]
         calls_made = double.stats()["storage_calls_total"] - before_calls
+        per_s = {role: round(1000 * seconds / elapsed, 2) for role, seconds in used.items()}
         return {"app": str(app), "settings": env or "app host.json", "warmup_s": args.warmup,
-                "host_cpu_ms_per_s": round(1000 * host_used / elapsed, 2),
-                "platform_host_worker_cpu_ms_per_s": round(1000 * tree_used / elapsed, 2),
+                "window_s": round(elapsed, 1), "host_cpu_ms_per_s": per_s["host"],
+                "worker_cpu_ms_per_s": per_s.get("worker", 0.0), "platform_cpu_ms_per_s": per_s["platform"],
+                "platform_host_worker_cpu_ms_per_s": round(sum(per_s.values()), 2),
                 "storage_calls_per_s": round(calls_made / elapsed, 2)}
 
 
@@ -211,7 +231,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="calls --product: sequential responses")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="idle: the window (a whole minute by default)")
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--timeout", type=float, default=420.0)
     args = parser.parse_args()

@@ -108,7 +108,7 @@ def test_kill_at_event(point: str, client: OpenAI, double: HostDouble, clean: li
     k = SAMPLES[point](clean)
     run = crash_run(client, double, [at_seq(k)])
     assert run.kill_after == [k], f"the kill was meant to follow event {k}: {run.notes}"
-    assert check_run(client, run, clean) == []
+    assert (problems := check_run(client, run, clean)) == [], "\n".join(problems)
     assert len(run.events) >= len(clean)
 
 
@@ -120,7 +120,7 @@ def test_two_kills_one_inside_the_recovered_phase(client: OpenAI, double: HostDo
     k = SAMPLES["phase2-mid-deltas"](clean)
     run = crash_run(client, double, [at_seq(k), first_delta_after_reset], how=["sigkill", "endpoint"])
     assert run.crashes == 2 and run.kill_after[0] == k
-    assert check_run(client, run, clean) == []
+    assert (problems := check_run(client, run, clean)) == [], "\n".join(problems)
     resets = [e for e in run.events[k + 1:] if e.type == "response.in_progress"]
     # both kills land after output started in a phase (the second on the recovered phase's first delta),
     # so each is followed by exactly one recovery reset
@@ -262,7 +262,7 @@ def test_kill_during_an_orchestrator_episode_is_repaired_for_a_reconnecting_clie
     assert (kill["target"], kill["instance_id"]) == ("orchestrator", response_id), kill
     assert events[-1].type not in TERMINAL, "the episode that died had to schedule the rest of the run"
     run = finish_run(client, double, response_id, events, before, [events[-1].sequence_number], [])
-    assert check_run(client, run, clean) == []
+    assert (problems := check_run(client, run, clean)) == [], "\n".join(problems)
     assert run.delta_count("episodes_failed_worker_exit") == 1
     # nothing in the host retries a Failed orchestration: the app's repair path started a new execution
     assert re.search(rf"repaired \| response_id={response_id} [^\n]*found=Failed", double.log()), run.notes
@@ -279,7 +279,7 @@ def test_kill_during_a_chain_lock_entity_batch(client: OpenAI, double: HostDoubl
     kill = _new_kill(double, before)
     assert kill["target"] == "entity", kill
     run = finish_run(client, double, response_id, events, before, [events[-1].sequence_number], notes)
-    assert check_run(client, run, clean) == []
+    assert (problems := check_run(client, run, clean)) == [], "\n".join(problems)
     assert run.delta_count("entity_batches_aborted") >= 1  # nothing committed; the host retried the batch
     assert run.app.repairs == 0
     assert chain_lock_once_free(double, conversation) == FREE_LOCK
@@ -293,7 +293,7 @@ def test_three_kills_inside_one_phase_recycle_the_host_and_the_run_completes(
     k = SAMPLES["phase2-mid-deltas"](clean)
     run = crash_run(client, double, [at_seq(k), first_delta_after_reset, first_delta_after_reset])
     assert run.crashes == 3 and run.kill_after[0] == k
-    assert check_run(client, run, clean) == []
+    assert (problems := check_run(client, run, clean)) == [], "\n".join(problems)
     # three worker crashes in 30 minutes reach the host's restart limit at least once, whatever came before
     assert run.stats_after["host_recycles"] - run.stats_before["host_recycles"] >= 1
     resets = [e for e in run.events[k + 1:] if e.type == "response.in_progress"]
@@ -324,7 +324,7 @@ def test_whole_host_killed_and_restarted_with_the_same_command(
     run = finish_run(client, double, response_id, events, double.stats(), [k], [])
     resumed_after = time.monotonic() - killed
     # the counters of the dead host are gone: the app's log lines count the repeated phases
-    assert check_run(client, run, clean, host_stats=False) == []
+    assert (problems := check_run(client, run, clean, host_stats=False)) == [], "\n".join(problems)
     assert run.app.repairs == 0, "the restarted host resumed the work from storage by itself"
     assert resumed_after < 60.0, f"{resumed_after:.1f} s from the kill to the terminal event"
 
@@ -356,4 +356,4 @@ def test_whole_host_dies_between_an_episodes_sends_and_its_checkpoint(
     # which reappeared); when they overlap, the later one waits for the earlier one instead of taking the
     # log from it, so the kill repeats phase 2 once, as any other kill does
     assert run.stats_after["activity_redeliveries"].get("run_phase") == 1, run.stats_after
-    assert check_run(client, run, clean, host_stats=False) == []
+    assert (problems := check_run(client, run, clean, host_stats=False)) == [], "\n".join(problems)

@@ -16,7 +16,8 @@ noise hits all of them alike:
 * ``host double: upsert`` / ``point read`` and ``queue send + delete`` (SDK and host double): the double's
   single Durable calls (``tests/hostdouble/durable/lean.py``: the SDK's request builders and the pipeline
   policies that change a request, not its per-call wrappers and observing policies), beside the same calls
-  through the SDKs' public methods. All ``host double`` rows use the double's own (trimmed) clients.
+  through the SDKs' public methods. All ``host double`` rows use the double's own (trimmed) clients, whose
+  table and queue calls go through its lean HTTP transport (``tests/hostdouble/durable/transport.py``).
 
     AzureWebJobsStorage=UseDevelopmentStorage=true .venv/bin/python bench/call_cost.py --calls 100 --rounds 5
 """

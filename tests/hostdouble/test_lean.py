@@ -22,6 +22,7 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from tests.hostdouble.durable import lean
+from tests.hostdouble.durable.transport import LeanLoopbackTransport
 
 CONNECTION = os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true")
 
@@ -50,11 +51,11 @@ async def with_table(scenario: Any, transport: Any = None) -> None:
             await service.delete_table(name)
 
 
-class FailsFirst(AioHttpTransport):
-    """A transport whose first request fails before it reaches storage (a dropped connection)."""
+class FailsFirst(LeanLoopbackTransport):
+    """The double's transport, whose first request fails before it reaches storage (a dropped connection)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(AioHttpTransport())
         self.attempts = 0
 
     async def send(self, request: Any, **kwargs: Any) -> Any:
@@ -76,6 +77,9 @@ def test_trimmed_pipelines_keep_headers_signing_and_retries_and_drop_only_observ
         assert "StorageHeadersPolicy" in kept and "SharedKeyCredentialPolicy" in kept and "StorageHosts" in kept
     assert "AsyncTablesRetryPolicy" in table_policies and "ExponentialRetry" in queue_policies
     assert queue_policies.index("ExponentialRetry") < queue_policies.index("SharedKeyCredentialPolicy")
+    # ... over the double's lean transport (durable/transport.py), the SDK's aiohttp one kept as its fallback
+    assert isinstance(tables._client._client._pipeline._transport, LeanLoopbackTransport)
+    assert isinstance(queues._pipeline._transport, LeanLoopbackTransport)
 
     async def retried(sdk: TableClient, table: TableClient) -> None:
         etag = (await sdk.create_entity(row("@orch@retried")))["etag"]

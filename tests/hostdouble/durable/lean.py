@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from html import unescape
 from typing import Any
 from urllib.parse import quote
@@ -52,6 +52,8 @@ from azure.data.tables._serialize import _prepare_key
 from azure.data.tables._table_batch import TableBatchOperations
 from azure.data.tables.aio import TableClient, TableServiceClient
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
+
+from .transport import LeanLoopbackTransport, lean_transport_of
 
 OBSERVING_POLICIES = frozenset({
     "RequestIdPolicy", "UserAgentPolicy", "ProxyPolicy", "AsyncRedirectPolicy", "CustomHookPolicy",
@@ -79,16 +81,28 @@ def _essential(policies: list[Any]) -> list[Any]:
 
 
 def trim_table_service(service: TableServiceClient) -> TableServiceClient:
-    """Table clients this service hands out (``get_table_client``) run only the essential policies."""
+    """Table clients this service hands out (``get_table_client``) run only the essential policies, over
+    the lean transport (:mod:`.transport`)."""
     service._policies = _essential(service._policies)
+    pipeline = service._client._client._pipeline
+    pipeline._transport = lean_transport_of(pipeline._transport)
     return service
 
 
 def trim_queue_service(service: QueueServiceClient) -> QueueServiceClient:
-    """Queue clients this service hands out (``get_queue_client``) run only the essential policies."""
+    """Queue clients this service hands out (``get_queue_client``) run only the essential policies, over the
+    lean transport (:mod:`.transport`)."""
     policies = [getattr(p, "_policy", p) for p in service._pipeline._impl_policies]  # unwrap SansIO runners
-    service._pipeline = AsyncPipeline(service._pipeline._transport, policies=_essential(policies))
+    service._pipeline = AsyncPipeline(lean_transport_of(service._pipeline._transport),
+                                      policies=_essential(policies))
     return service
+
+
+def close_lean_transports(tables: TableServiceClient, queues: QueueServiceClient) -> list[Awaitable[None]]:
+    """Closing the services does not reach the transports their clients share: close those too."""
+    return [transport.close() for transport in (tables._client._client._pipeline._transport,
+                                                queues._pipeline._transport)
+            if isinstance(transport, LeanLoopbackTransport)]
 
 
 # ------------------------------------------------------------------------------------------------ tables

@@ -157,7 +157,8 @@ class Storage:
         self.large = self.blobs.get_container_client(names.large_container)
 
     async def close(self) -> None:
-        await asyncio.gather(self.tables.close(), self.queues.close(), self.blobs.close(), return_exceptions=True)
+        await asyncio.gather(self.tables.close(), self.queues.close(), self.blobs.close(),
+                             *lean.close_lean_transports(self.tables, self.queues), return_exceptions=True)
 
     # ------------------------------------------------------------------------------------------- task hub
     async def create_task_hub(self) -> None:

@@ -71,56 +71,54 @@ class _Fallback:
         return "fallback"
 
 
-def _run(scenario: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(scenario())
+Use = Callable[[_Server, int, LeanLoopbackTransport], Awaitable[None]]
 
 
-def test_sequential_calls_share_one_kept_alive_connection() -> None:
-    async def answer(connection: int, number: int, writer: asyncio.StreamWriter) -> bool:
-        writer.write(NO_CONTENT % number)
-        return True
+def _against(script: Script, use: Use) -> None:
+    """Run ``use(server, port, transport)`` against a scripted server, closing both afterwards."""
 
     async def scenario() -> None:
-        server = _Server(answer)
+        server = _Server(script)
         port = await server.start()
         transport = LeanLoopbackTransport(_Fallback())
         try:
-            for n in range(20):
-                response = await transport.send(HttpRequest("PUT", f"http://127.0.0.1:{port}/t/r{n}?x=1",
-                                                             headers={"x-ms-version": "v"}, content=b"{}"))
-                assert response.status_code == 204 and response.headers["X-SEEN"] == str(n + 1)
-            assert server.connections == 1 and len(server.requests) == 20
-            assert server.requests[0].startswith(b"PUT /t/r0?x=1 HTTP/1.1\r\n")
-            assert b"x-ms-version: v\r\n" in server.requests[0] and server.requests[0].endswith(b"\r\n\r\n{}")
+            await use(server, port, transport)
         finally:
             await transport.close()
             await server.stop()
 
-    _run(scenario)
+    asyncio.run(scenario())
+
+
+async def _no_content(connection: int, number: int, writer: asyncio.StreamWriter) -> bool:
+    writer.write(NO_CONTENT % number)
+    return True
+
+
+def test_sequential_calls_share_one_kept_alive_connection() -> None:
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
+        for n in range(20):
+            response = await transport.send(HttpRequest("PUT", f"http://127.0.0.1:{port}/t/r{n}?x=1",
+                                                         headers={"x-ms-version": "v"}, content=b"{}"))
+            assert response.status_code == 204 and response.headers["X-SEEN"] == str(n + 1)
+        assert server.connections == 1 and len(server.requests) == 20
+        assert server.requests[0].startswith(b"PUT /t/r0?x=1 HTTP/1.1\r\n")
+        assert b"x-ms-version: v\r\n" in server.requests[0] and server.requests[0].endswith(b"\r\n\r\n{}")
+
+    _against(_no_content, use)
 
 
 def test_the_request_target_is_requoted_as_aiohttp_sends_it() -> None:
     """Azurite checks the signature against the path it receives; aiohttp (yarl) sends ``%40`` as ``@`` and
     ``%27`` as ``'``, so an entity key like ``@counter@k`` must go out the same way or Azurite answers 403."""
 
-    async def answer(connection: int, number: int, writer: asyncio.StreamWriter) -> bool:
-        writer.write(NO_CONTENT % number)
-        return True
-
-    async def scenario() -> None:
-        server = _Server(answer)
-        port = await server.start()
-        transport = LeanLoopbackTransport(_Fallback())
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
         target = "/t(PartitionKey='%40a',RowKey='b%20c%27%27')?$filter=a%20eq%201"
-        try:
-            await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}{target}"))
-            sent = b"GET /t(PartitionKey='@a',RowKey='b%20c'\x27\x27)?$filter=a%20eq%201 HTTP/1.1\r\n"
-            assert server.requests[0].startswith(sent + f"Host: 127.0.0.1:{port}\r\n".encode())
-        finally:
-            await transport.close()
-            await server.stop()
+        await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}{target}"))
+        sent = b"GET /t(PartitionKey='@a',RowKey='b%20c'\x27\x27)?$filter=a%20eq%201 HTTP/1.1\r\n"
+        assert server.requests[0].startswith(sent + f"Host: 127.0.0.1:{port}\r\n".encode())
 
-    _run(scenario)
+    _against(_no_content, use)
 
 
 def test_a_pooled_connection_the_server_dropped_is_sent_again_on_a_new_one() -> None:
@@ -130,24 +128,17 @@ def test_a_pooled_connection_the_server_dropped_is_sent_again_on_a_new_one() -> 
         writer.write(NO_CONTENT % number)
         return True
 
-    async def scenario() -> None:
-        server = _Server(answer_once)
-        port = await server.start()
-        transport = LeanLoopbackTransport(_Fallback())
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
         # The storage SDKs' retry policy (the double's queue clients run it), without its 15 s first back-off.
         retry = ExponentialRetry(initial_backoff=0, increment_base=1, retry_total=3, random_jitter_range=0)
         pipeline = AsyncPipeline(transport, policies=[retry])
-        try:
-            for _ in range(2):  # POST: sent again, as after aiohttp's ServerDisconnectedError
-                response = await pipeline.run(HttpRequest("POST", f"http://127.0.0.1:{port}/q/messages",
-                                                          content=b"<m/>"))
-                assert response.http_response.status_code == 204
-            assert server.connections == 2 and len(server.requests) == 3
-        finally:
-            await transport.close()
-            await server.stop()
+        for _ in range(2):  # POST: sent again, as after aiohttp's ServerDisconnectedError
+            response = await pipeline.run(HttpRequest("POST", f"http://127.0.0.1:{port}/q/messages",
+                                                      content=b"<m/>"))
+            assert response.http_response.status_code == 204
+        assert server.connections == 2 and len(server.requests) == 3
 
-    _run(scenario)
+    _against(answer_once, use)
 
 
 def test_no_answer_within_the_read_timeout_is_a_response_timeout() -> None:
@@ -155,18 +146,11 @@ def test_no_answer_within_the_read_timeout_is_a_response_timeout() -> None:
         await asyncio.sleep(1)
         return False
 
-    async def scenario() -> None:
-        server = _Server(silent)
-        port = await server.start()
-        transport = LeanLoopbackTransport(_Fallback())
-        try:
-            with pytest.raises(ServiceResponseTimeoutError):
-                await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/t"), read_timeout=0.2)
-        finally:
-            await transport.close()
-            await server.stop()
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
+        with pytest.raises(ServiceResponseTimeoutError):
+            await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/t"), read_timeout=0.2)
 
-    _run(scenario)
+    _against(silent, use)
 
 
 def test_a_chunked_answer_in_pieces_is_read_whole() -> None:
@@ -178,21 +162,14 @@ def test_a_chunked_answer_in_pieces_is_read_whole() -> None:
         writer.write(b"\r\n2\r\n1}\r\n0\r\n\r\n")
         return True
 
-    async def scenario() -> None:
-        server = _Server(chunked)
-        port = await server.start()
-        transport = LeanLoopbackTransport(_Fallback())
-        try:
-            response = await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/t"))
-            assert (response.status_code, response.reason, response.content) == (200, "OK", b'{"a":1}')
-            assert response.json() == {"a": 1} and response.content_type == "application/json"
-            again = await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/t"))
-            assert again.content == b'{"a":1}' and server.connections == 1
-        finally:
-            await transport.close()
-            await server.stop()
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
+        response = await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/t"))
+        assert (response.status_code, response.reason, response.content) == (200, "OK", b'{"a":1}')
+        assert response.json() == {"a": 1} and response.content_type == "application/json"
+        again = await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/t"))
+        assert again.content == b'{"a":1}' and server.connections == 1
 
-    _run(scenario)
+    _against(chunked, use)
 
 
 def test_streamed_and_https_calls_go_to_the_sdks_transport() -> None:
@@ -205,4 +182,4 @@ def test_streamed_and_https_calls_go_to_the_sdks_transport() -> None:
                                  ("http://127.0.0.1:1/c/b", True)]
         assert transport.calls == 0
 
-    _run(scenario)
+    asyncio.run(scenario())

@@ -116,8 +116,11 @@ class LeanLoopbackTransport(AsyncHttpTransport):  # type: ignore[misc]
         if stream or not isinstance(request, HttpRequest) or url.scheme != "http" or request.files \
                 or request.method == "HEAD" or not isinstance(request.content, (bytes, str, type(None))):
             return await self._fallback.send(request, stream=stream, **config)
-        connect_timeout = config.get("connection_timeout") or DEFAULT_CONNECT_TIMEOUT
-        read_timeout = config.get("read_timeout") or DEFAULT_READ_TIMEOUT
+        # the same timeouts the wrapped transport would use: the call's, else its client's configuration
+        defaults = getattr(self._fallback, "connection_config", None)
+        connect_timeout = config.get("connection_timeout") or getattr(defaults, "timeout", None) \
+            or DEFAULT_CONNECT_TIMEOUT
+        read_timeout = config.get("read_timeout") or getattr(defaults, "read_timeout", None) or DEFAULT_READ_TIMEOUT
         key = (url.raw_host or "127.0.0.1", url.port or 80)
         body = request.content if isinstance(request.content, bytes) else (request.content or "").encode()
         head = [f"{request.method} {url.raw_path_qs} HTTP/1.1", f"Host: {url.raw_host}:{key[1]}"]

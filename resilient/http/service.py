@@ -395,9 +395,19 @@ class ResponsesService:
 
     async def _nudge(self, response_id: str) -> None:
         """The client reads a run that is not over: let the repair path check that its orchestration still
-        lives (throttled per response; never raises)."""
-        if self.repairer is not None:
-            await self.repairer.nudge(response_id)
+        lives (throttled per response; never raises).
+
+        Not while a phase of the run streams in this process or its next activity is expected here (its
+        create or its last activity ran here moments ago): that is evidence of a live orchestration, and
+        the check (a control read and a Durable status call) would only add load when the process is
+        busiest, typically the first poll right after a create. Such a skipped read does not use up the
+        throttle, so the first read after that window checks: an orchestration stopped meanwhile (terminated,
+        or failed by a worker that died elsewhere) is found at most one phase plus the expectation (5 s,
+        up to 20 s under load; see :func:`expect_next_activity`) later. A worker that dies takes this
+        memory with it: its successor checks at once."""
+        if self.repairer is None or COMMITTED.writing_here(response_id) or COMMITTED.expected_here(response_id):
+            return
+        await self.repairer.nudge(response_id)
 
     async def _limited(self, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """End a stream cleanly before the host's functionTimeout (which would restart the worker). The

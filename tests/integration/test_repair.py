@@ -28,6 +28,7 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, open_storage
+from resilient.storage.feed import COMMITTED
 from tests.durable_standin import Durable, Injected
 
 pytestmark = pytest.mark.azurite
@@ -451,6 +452,34 @@ async def test_a_poll_of_a_stuck_response_repairs_it_and_is_throttled(rig: Rig) 
     for _ in range(5):
         assert (await service.retrieve(rid, {}, {})).status == 200
     assert calls == [rid]  # one status call for five polls
+    assert rig.durable.starts[-1][1]["repair"] == 1
+    assert await rig.durable.wait(rid, WAIT_S) == {"status": "completed"}
+
+
+async def test_a_poll_skips_the_check_while_the_run_is_expected_in_this_process(rig: Rig) -> None:
+    """While the run's next activity is expected here (its create or last activity ran here), a poll does
+    not spend a Durable status call; the first poll after that window checks, and repairs."""
+    rid = await _create(rig, delay_ms=20)
+    await _mid_phase(rig, rid, 0)
+    await rig.durable.kill(rid, "Failed")
+    calls: list[str] = []
+    real_status = rig.durable.status
+
+    async def counted(instance_id: str) -> str | None:
+        calls.append(instance_id)
+        return await real_status(instance_id)
+
+    rig.durable.status = counted  # type: ignore[method-assign]
+    service = ResponsesService(rig.storage, rig.durable, rig.engine.settings, repairer=rig.repairer())
+    COMMITTED.expect(rid, 60.0)
+    try:
+        for _ in range(3):
+            assert (await service.retrieve(rid, {}, {})).status == 200
+        assert calls == []  # no check while the run is expected here
+    finally:
+        COMMITTED.expect(rid, 0)
+    assert (await service.retrieve(rid, {}, {})).status == 200
+    assert calls == [rid]  # the skipped polls did not use up the throttle
     assert rig.durable.starts[-1][1]["repair"] == 1
     assert await rig.durable.wait(rid, WAIT_S) == {"status": "completed"}
 

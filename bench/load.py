@@ -17,6 +17,14 @@ completion, and totals.
     .venv/bin/python bench/load.py --responses 50 --readers 2 --phases 3 --words 24 --delay-ms 20
     .venv/bin/python bench/load.py --url http://127.0.0.1:7071        # a host double you started
 
+Side by side with the reference SDK (``bench/reference_server.py``, configured with the same run shape: it
+streams a background response only to the POST that asked for ``stream=true``), both with
+``--create-stream`` (the POST's own stream is the first reader, the others attach with ``retrieve``)::
+
+    .venv/bin/python bench/reference_server.py --port 8088 --phases 3 --words 24 --delay-ms 20 &
+    .venv/bin/python bench/load.py --url http://127.0.0.1:8088 --create-stream --lenient --idle-seconds 0
+    AzureWebJobsStorage=UseDevelopmentStorage=true .venv/bin/python bench/load.py --create-stream
+
 Bounded: at most 500 responses × 8 readers, ``--max-seconds`` for the whole load (default 170 s), per-request
 timeouts, at most ``MAX_EVENTS_PER_STREAM`` events per reader; only http://127.0.0.1 / localhost targets.
 Not a CI test (it takes tens of seconds and measures, rather than asserts, speed).
@@ -121,8 +129,10 @@ def sse_frames(lines: Iterator[str] | list[str]) -> Iterator[dict[str, str]]:
             frame[name] = value[1:] if value.startswith(" ") else value
 
 
-async def read_with_httpx(http: httpx.AsyncClient, rid: str, started: float, reader: Reader) -> None:
-    """A raw SSE reader: also checks that ``event:`` and ``id:`` agree with the JSON in ``data:``."""
+async def read_with_httpx(http: httpx.AsyncClient, rid: str, started: float, reader: Reader, *,
+                          require_id: bool = True) -> None:
+    """A raw SSE reader: also checks that ``event:`` and ``id:`` agree with the JSON in ``data:`` (a frame
+    without ``id:`` passes only when ``require_id`` is off: the reference SDK sends none)."""
     async with http.stream("GET", f"/responses/{rid}", params={"stream": "true", "starting_after": "-1"},
                            headers={"accept": "text/event-stream"}) as response:
         response.raise_for_status()
@@ -133,7 +143,8 @@ async def read_with_httpx(http: httpx.AsyncClient, rid: str, started: float, rea
                 continue
             for frame in sse_frames(pending):
                 event = json.loads(frame["data"])
-                if frame.get("event") != event["type"] or frame.get("id") != str(event["sequence_number"]):
+                frame_id = frame.get("id", None if require_id else str(event["sequence_number"]))
+                if frame.get("event") != event["type"] or frame_id != str(event["sequence_number"]):
                     raise ValueError(f"frame header {frame.get('event')}/{frame.get('id')} does not match its data")
                 if math.isnan(reader.first_event_s):
                     reader.first_event_s = time.perf_counter() - started
@@ -145,16 +156,54 @@ async def read_with_httpx(http: httpx.AsyncClient, rid: str, started: float, rea
 
 
 async def run_reader(kind: str, client: AsyncOpenAI, http: httpx.AsyncClient, rid: str, started: float,
-                     timeout_s: float) -> Reader:
+                     timeout_s: float, *, require_id: bool = True) -> Reader:
     reader = Reader(kind)
     try:
         call = read_with_openai(client, rid, started, reader) if kind == "openai" else read_with_httpx(
-            http, rid, started, reader)
+            http, rid, started, reader, require_id=require_id)
         await asyncio.wait_for(call, timeout_s)
     except Exception as exc:
         reader.error = f"{type(exc).__name__}: {exc}"[:300]
     reader.done_s = time.perf_counter() - started
     return reader
+
+
+@dataclass
+class CreateStream:
+    first_event_s: float
+    task: Any  # an awaitable finishing the stream, returning its Reader
+
+
+async def open_create_stream(client: AsyncOpenAI, request: dict[str, Any], started: float,
+                             timeout_s: float) -> tuple[str, CreateStream]:
+    """``responses.create(stream=True, background=True)``: its first event names the response; the rest of
+    the stream is read on as one of the response's readers (the shape the reference SDK needs for a
+    background response to be streamed at all)."""
+    reader = Reader("create")
+    stream = await client.responses.create(**request, stream=True)
+    iterator = stream.__aiter__()
+    first = await asyncio.wait_for(iterator.__anext__(), timeout_s)
+    reader.first_event_s = time.perf_counter() - started
+    reader.sequence.append(int(first.sequence_number))
+    reader.last_type = first.type
+
+    async def rest() -> Reader:
+        try:
+            async def drain() -> None:
+                async for event in iterator:
+                    reader.sequence.append(int(event.sequence_number))
+                    reader.last_type = event.type
+                    if event.type in TERMINAL_EVENTS or len(reader.sequence) >= MAX_EVENTS_PER_STREAM:
+                        break
+            await asyncio.wait_for(drain(), timeout_s)
+        except Exception as exc:
+            reader.error = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            await stream.close()
+        reader.done_s = time.perf_counter() - started
+        return reader
+
+    return first.response.id, CreateStream(reader.first_event_s, rest())
 
 
 async def poll(http: httpx.AsyncClient, run: Run, started: float, interval_s: float, timeout_s: float) -> None:
@@ -180,16 +229,25 @@ async def one_response(index: int, client: AsyncOpenAI, http: httpx.AsyncClient,
     await gate.wait()  # every response starts at the same moment
     started = time.perf_counter()
     try:
-        created = await client.responses.create(
-            model="load", input=f"Load test question number {index}: what keeps a stream complete?",
-            background=True,
-            metadata={"research_phases": str(args.phases), "words_per_phase": str(args.words),
-                      "delta_delay_ms": str(args.delay_ms)},
-        )
-        run.posted_s = time.perf_counter() - started
-        run.response_id = created.id
+        request: dict[str, Any] = {
+            "model": "load", "input": f"Load test question number {index}: what keeps a stream complete?",
+            "background": True,
+            "metadata": {"research_phases": str(args.phases), "words_per_phase": str(args.words),
+                         "delta_delay_ms": str(args.delay_ms)}}
         kinds = ["openai" if i % 2 == 0 else "httpx" for i in range(args.readers)]
-        readers = [run_reader(kind, client, http, created.id, started, args.request_timeout) for kind in kinds]
+        own_stream: list[Any] = []
+        if args.create_stream:  # the POST's own stream is the first reader; the others attach to it
+            created_id, first = await open_create_stream(client, request, started, args.request_timeout)
+            run.posted_s = first.first_event_s
+            own_stream.append(first.task)
+            kinds = kinds[1:]
+        else:
+            created_id = (await client.responses.create(**request)).id
+            run.posted_s = time.perf_counter() - started
+        run.response_id = created_id
+        readers = [*own_stream,
+                   *(run_reader(kind, client, http, created_id, started, args.request_timeout,
+                               require_id=not args.lenient) for kind in kinds)]
         if args.poll_ms > 0:
             results = await asyncio.gather(poll(http, run, started, args.poll_ms / 1000.0, args.request_timeout),
                                            *readers, return_exceptions=True)
@@ -307,7 +365,7 @@ async def load(base_url: str, args: argparse.Namespace, meter: Meter) -> tuple[l
         httpx.AsyncClient(limits=limits, timeout=timeout) as client_http,
     ):
         client = AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, http_client=client_http,
-                             _strict_response_validation=True)
+                             _strict_response_validation=not args.lenient)
         gate = asyncio.Event()
         tasks = [asyncio.create_task(one_response(i, client, http, args, gate)) for i in range(args.responses)]
         await asyncio.sleep(0.05)
@@ -387,7 +445,8 @@ def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: s
           f"p95 {summary['first_event_s']['p95'] * 1000:.0f} ms, max {summary['first_event_s']['max'] * 1000:.0f} ms"
           " (from the start of the POST, per reader)")
     print(f"  POST round trip      p50 {summary['post_s']['p50'] * 1000:.0f} ms, "
-          f"p95 {summary['post_s']['p95'] * 1000:.0f} ms")
+          f"p95 {summary['post_s']['p95'] * 1000:.0f} ms"
+          + (" (to the first event of its stream)" if args.create_stream else ""))
     print(f"  time to completion   p50 {summary['completion_s']['p50']:.2f} s, "
           f"p95 {summary['completion_s']['p95']:.2f} s, max {summary['completion_s']['max']:.2f} s "
           f"({'poller' if args.poll_ms > 0 else 'terminal event at the readers'})")
@@ -450,6 +509,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, choices=(0, 1), help="one tiny run first (default 1)")
     parser.add_argument("--request-timeout", type=float, default=120.0)
     parser.add_argument("--max-seconds", type=float, default=170.0, help="bound for the whole load")
+    parser.add_argument("--create-stream", action="store_true",
+                        help="POST with stream=true: that stream is the first reader, the others attach to it "
+                             "(the only way the reference SDK streams a background response)")
+    parser.add_argument("--lenient", action="store_true",
+                        help="the openai client without strict response validation (for the reference SDK)")
     parser.add_argument("--json", type=Path, help="also write the summary here")
     parser.add_argument("--double-log", type=Path, help="keep the spawned host double's log here")
     parser.add_argument("--keep-data", action="store_true", help="keep this run's tables and containers")

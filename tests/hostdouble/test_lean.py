@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from azure.core.exceptions import (
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
+from azure.storage.blob.aio import BlobLeaseClient, BlobServiceClient
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from tests.hostdouble.durable import lean
@@ -168,5 +170,42 @@ def test_lean_queue_messages_are_the_sdks_messages() -> None:
                 assert (await sdk.get_queue_properties()).approximate_message_count == 0
             finally:
                 await service.delete_queue(name)
+
+    asyncio.run(scenario())
+
+
+def test_lean_blob_leases_go_over_the_lean_transport_and_downloads_over_aiohttp() -> None:
+    """The partition leases' calls (upload, acquire, renew, a conflicting acquire, release) behave as with
+    the SDK's own transport and are sent by the lean one; a download streams through the aiohttp fallback."""
+
+    async def scenario() -> None:
+        async with (BlobServiceClient.from_connection_string(CONNECTION) as service,
+                    lean.lean_blob_service(BlobServiceClient.from_connection_string(CONNECTION)) as leaned):
+            transport = leaned._pipeline._transport
+            assert isinstance(transport, LeanLoopbackTransport)
+            policies = [type(getattr(p, "_policy", p)).__name__ for p in leaned.get_container_client("c")
+                        .get_blob_client("b")._pipeline._impl_policies]
+            assert "AsyncStorageResponseHook" in policies  # every policy kept: downloads need it
+            name = "lean-" + secrets.token_hex(6)
+            await service.create_container(name)
+            try:
+                blob = leaned.get_container_client(name).get_blob_client("default/control-00")
+                before = transport.calls
+                await blob.upload_blob(b'{"Owner": ""}', overwrite=False)
+                lease = BlobLeaseClient(blob, lease_id=str(uuid.uuid4()))
+                await lease.acquire(lease_duration=15)
+                await lease.renew()
+                rival = BlobLeaseClient(service.get_container_client(name).get_blob_client("default/control-00"))
+                with pytest.raises(HttpResponseError) as taken:
+                    await rival.acquire(lease_duration=15)
+                assert taken.value.status_code == 409
+                assert transport.calls - before == 3  # upload, acquire, renew
+                assert await (await blob.download_blob()).readall() == b'{"Owner": ""}'
+                assert transport.calls - before == 3  # the download streamed through aiohttp
+                await lease.release()
+                await rival.acquire(lease_duration=15)  # free again
+                await rival.release()
+            finally:
+                await service.delete_container(name)
 
     asyncio.run(scenario())

@@ -51,6 +51,7 @@ from azure.data.tables._generated.operations._operations import (
 from azure.data.tables._serialize import _prepare_key
 from azure.data.tables._table_batch import TableBatchOperations
 from azure.data.tables.aio import TableClient, TableServiceClient
+from azure.storage.blob.aio import BlobServiceClient
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from .transport import LeanLoopbackTransport, lean_transport_of
@@ -98,11 +99,23 @@ def trim_queue_service(service: QueueServiceClient) -> QueueServiceClient:
     return service
 
 
-def close_lean_transports(tables: TableServiceClient, queues: QueueServiceClient) -> list[Awaitable[None]]:
+def lean_blob_service(service: BlobServiceClient) -> BlobServiceClient:
+    """Blob clients this service hands out send their whole-body calls (the partition leases' acquire, renew
+    and release, small uploads) over the lean transport. Unlike tables and queues, every pipeline policy
+    stays: a blob download hands options to the response hook policy that no transport accepts. Streamed
+    downloads still go through aiohttp (the lean transport hands them to the transport it wraps)."""
+    policies = [getattr(p, "_policy", p) for p in service._pipeline._impl_policies]  # unwrap SansIO runners
+    service._pipeline = AsyncPipeline(lean_transport_of(service._pipeline._transport), policies=policies)
+    return service
+
+
+def close_lean_transports(tables: TableServiceClient, queues: QueueServiceClient,
+                          blobs: BlobServiceClient | None = None) -> list[Awaitable[None]]:
     """Closing the services does not reach the transports their clients share: close those too."""
-    return [transport.close() for transport in (tables._client._client._pipeline._transport,
-                                                queues._pipeline._transport)
-            if isinstance(transport, LeanLoopbackTransport)]
+    shared = [tables._client._client._pipeline._transport, queues._pipeline._transport]
+    if blobs is not None:
+        shared.append(blobs._pipeline._transport)
+    return [transport.close() for transport in shared if isinstance(transport, LeanLoopbackTransport)]
 
 
 # ------------------------------------------------------------------------------------------------ tables

@@ -150,7 +150,7 @@ class Storage:
         # Only the pipeline policies that change a request (see lean.py): the rest is the SDK's overhead.
         self.tables = lean.trim_table_service(TableServiceClient.from_connection_string(connection_string, **common))
         self.queues = lean.trim_queue_service(QueueServiceClient.from_connection_string(connection_string, **common))
-        self.blobs = BlobServiceClient.from_connection_string(connection_string, **common)
+        self.blobs = lean.lean_blob_service(BlobServiceClient.from_connection_string(connection_string, **common))
         self.instances = self.tables.get_table_client(names.instances_table)
         # History commits are table transactions; see batch.py for why the double writes their envelope.
         self.history = use_lean_transactions(self.tables.get_table_client(names.history_table))
@@ -158,7 +158,7 @@ class Storage:
 
     async def close(self) -> None:
         await asyncio.gather(self.tables.close(), self.queues.close(), self.blobs.close(),
-                             *lean.close_lean_transports(self.tables, self.queues), return_exceptions=True)
+                             *lean.close_lean_transports(self.tables, self.queues, self.blobs), return_exceptions=True)
 
     # ------------------------------------------------------------------------------------------- task hub
     async def create_task_hub(self) -> None:

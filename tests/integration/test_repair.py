@@ -436,7 +436,9 @@ async def test_the_sweep_restarts_only_dead_runs_old_enough(rig: Rig) -> None:
         assert await rig.durable.wait(rid, WAIT_S) == {"status": "completed"}
 
 
-async def test_a_poll_of_a_stuck_response_repairs_it_and_is_throttled(rig: Rig) -> None:
+async def _polled_after_a_failed_orchestration(rig: Rig) -> tuple[str, ResponsesService, list[str]]:
+    """A run whose orchestration failed mid-phase, a service with the repair path to poll it, and the list
+    the Durable status calls are recorded in."""
     rid = await _create(rig, delay_ms=20)
     await _mid_phase(rig, rid, 0)
     await rig.durable.kill(rid, "Failed")
@@ -448,7 +450,11 @@ async def test_a_poll_of_a_stuck_response_repairs_it_and_is_throttled(rig: Rig) 
         return await real_status(instance_id)
 
     rig.durable.status = counted  # type: ignore[method-assign]
-    service = ResponsesService(rig.storage, rig.durable, rig.engine.settings, repairer=rig.repairer())
+    return rid, ResponsesService(rig.storage, rig.durable, rig.engine.settings, repairer=rig.repairer()), calls
+
+
+async def test_a_poll_of_a_stuck_response_repairs_it_and_is_throttled(rig: Rig) -> None:
+    rid, service, calls = await _polled_after_a_failed_orchestration(rig)
     for _ in range(5):
         assert (await service.retrieve(rid, {}, {})).status == 200
     assert calls == [rid]  # one status call for five polls
@@ -459,18 +465,7 @@ async def test_a_poll_of_a_stuck_response_repairs_it_and_is_throttled(rig: Rig) 
 async def test_a_poll_skips_the_check_while_the_run_is_expected_in_this_process(rig: Rig) -> None:
     """While the run's next activity is expected here (its create or last activity ran here), a poll does
     not spend a Durable status call; the first poll after that window checks, and repairs."""
-    rid = await _create(rig, delay_ms=20)
-    await _mid_phase(rig, rid, 0)
-    await rig.durable.kill(rid, "Failed")
-    calls: list[str] = []
-    real_status = rig.durable.status
-
-    async def counted(instance_id: str) -> str | None:
-        calls.append(instance_id)
-        return await real_status(instance_id)
-
-    rig.durable.status = counted  # type: ignore[method-assign]
-    service = ResponsesService(rig.storage, rig.durable, rig.engine.settings, repairer=rig.repairer())
+    rid, service, calls = await _polled_after_a_failed_orchestration(rig)
     COMMITTED.expect(rid, 60.0)
     try:
         for _ in range(3):

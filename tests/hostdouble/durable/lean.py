@@ -93,9 +93,7 @@ def trim_table_service(service: TableServiceClient) -> TableServiceClient:
 def trim_queue_service(service: QueueServiceClient) -> QueueServiceClient:
     """Queue clients this service hands out (``get_queue_client``) run only the essential policies, over the
     lean transport (:mod:`.transport`)."""
-    policies = [getattr(p, "_policy", p) for p in service._pipeline._impl_policies]  # unwrap SansIO runners
-    service._pipeline = AsyncPipeline(lean_transport_of(service._pipeline._transport),
-                                      policies=_essential(policies))
+    _over_lean_transport(service, _essential(_policies_of(service)))
     return service
 
 
@@ -104,9 +102,18 @@ def lean_blob_service(service: BlobServiceClient) -> BlobServiceClient:
     and release, small uploads) over the lean transport. Unlike tables and queues, every pipeline policy
     stays: a blob download hands options to the response hook policy that no transport accepts. Streamed
     downloads still go through aiohttp (the lean transport hands them to the transport it wraps)."""
-    policies = [getattr(p, "_policy", p) for p in service._pipeline._impl_policies]  # unwrap SansIO runners
-    service._pipeline = AsyncPipeline(lean_transport_of(service._pipeline._transport), policies=policies)
+    _over_lean_transport(service, _policies_of(service))
     return service
+
+
+def _policies_of(service: QueueServiceClient | BlobServiceClient) -> list[Any]:
+    """A storage service's pipeline policies, unwrapped from their SansIO runners."""
+    return [getattr(p, "_policy", p) for p in service._pipeline._impl_policies]
+
+
+def _over_lean_transport(service: QueueServiceClient | BlobServiceClient, policies: list[Any]) -> None:
+    """The clients the service hands out (they copy its pipeline) run ``policies`` over the lean transport."""
+    service._pipeline = AsyncPipeline(lean_transport_of(service._pipeline._transport), policies=policies)
 
 
 def close_lean_transports(tables: TableServiceClient, queues: QueueServiceClient,

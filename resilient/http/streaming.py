@@ -124,6 +124,8 @@ async def tail_events(
             next_finished_check = time.monotonic() + finished_check_seconds
             finished_seen = False
             was_here = False
+            was_writing = False  # a phase of this response streamed here at the last look
+            phase_ended_at = 0.0  # when the last phase written here ended (the gap between activities began)
             expected_delay = poll_while_expected  # the poll interval between activities expected here
             must_read = False  # a gap in the feed: read storage, whatever other readers here found
             storage_due = last_read + (0.0 if cursor is None else delay)
@@ -201,20 +203,28 @@ async def tail_events(
                 trust_here = now >= remote_until
                 if got_events:
                     expected_delay = poll_while_expected
-                if trust_here and feed.writing_here(response_id):
+                poll_from = last_read
+                writing = trust_here and feed.writing_here(response_id)
+                if writing:
                     interval, here = poll_while_local * slack, True
                 elif trust_here and feed.expected_here(response_id):
+                    if was_writing:
+                        phase_ended_at = now
                     if empty_read and was_here:
                         ceiling = max(poll_while_local, poll_while_expected) * slack
                         expected_delay = min(ceiling, expected_delay * 2)
                     interval, here = max(expected_delay, delay), True
+                    # Between two activities the next one cannot have appended before the phase here ended
+                    # (the orchestration schedules it only then), so the first poll of the gap is one interval
+                    # after that end, not one after the last read (which, after a long phase, is at once).
+                    poll_from = max(last_read, phase_ended_at)
                 else:
                     expected_delay = poll_while_expected
                     if was_here or got_events:
                         delay = poll_min  # the run left this process, or events flow: they may come from anywhere
                     interval, here = delay, False
-                was_here = here
-                storage_due = last_read + interval
+                was_here, was_writing = here, writing
+                storage_due = poll_from + interval
                 if got_events:
                     continue
                 if empty_read and finished_seen:

@@ -150,8 +150,8 @@ async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reade
     assert not feed.expected_here(rid)
 
 
-async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock) -> list[bytes]:
-    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start)]
+async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock, **options: Any) -> list[bytes]:
+    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start, **options)]
 
 
 @pytest.mark.parametrize("state", ["writing", "expected", "elsewhere"])
@@ -181,3 +181,45 @@ async def test_polls_stretch_with_the_load(storage: Storage, rid: str, state: st
     # widened: the first read, then polls 0.8 s apart (writing) or backing off from 0.2 s to 0.8 s (the others)
     assert counts[4.0] <= (3 if state == "writing" else 4), counts
     assert counts[1.0] >= counts[4.0] + 2, counts
+
+
+async def test_the_gap_after_a_phase_written_here_is_not_polled_the_moment_it_begins(
+        storage: Storage, rid: str) -> None:
+    """The next activity cannot append before the phase here ends, so the reader's first poll of the gap
+    between two activities comes one ``poll_while_expected`` after that end, not at once (which a phase
+    longer than that interval used to cause: one storage read per phase that could find nothing)."""
+    writer = await storage.events.create(rid, [created()])
+    assert writer.last_committed is not None
+    log = reader_log(storage)
+    reader = asyncio.create_task(collect_from(log, rid, writer.last_committed, poll_while_local=60.0,
+                                              poll_while_expected=1.0))
+    try:
+        with COMMITTED.writing(rid):
+            for n in range(12):  # a phase of ~1.2 s: longer than the gap's poll interval
+                await writer.append([delta(n)])
+                await asyncio.sleep(0.1)
+            COMMITTED.expect(rid, 30.0)  # what the engine says when a phase ends
+        await asyncio.sleep(0.1)  # the orchestration schedules the next activity, here
+        with COMMITTED.writing(rid):
+            await writer.append([delta(12), delta(13)])
+            await writer.append([completed()])
+        chunks = await asyncio.wait_for(reader, 10)
+    finally:
+        COMMITTED.expect(rid, 0)
+    assert sequence_numbers(chunks) == list(range(16))
+    assert log.storage_calls == 0
+
+
+async def test_after_a_phase_here_a_next_phase_written_elsewhere_still_reaches_the_reader(
+        storage: Storage, rid: str) -> None:
+    writer = await storage.events.create(rid, [created()])
+    feed = CommittedFeed()  # the reader's process; the writer's blocks are not published to it
+    log = reader_log(storage)
+    reader = asyncio.create_task(collect(log, rid, feed, poll_while_local=60.0, poll_while_expected=0.3))
+    with feed.writing(rid):  # a phase here that said nothing for a while
+        await asyncio.sleep(0.5)
+        feed.expect(rid, 30.0)
+    await write_phase(writer, appends=5)  # the next activity ran on another instance
+    chunks = await asyncio.wait_for(reader, 10)
+    assert sequence_numbers(chunks) == list(range(12))
+    assert 1 < log.storage_calls <= 30  # found by the gap's polls, which back off

@@ -41,6 +41,7 @@ class CountingProxy:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._servers: list[asyncio.Server] = []
 
     def connection_string(self) -> str:
         p = self.ports
@@ -61,15 +62,27 @@ class CountingProxy:
             raise RuntimeError("counting proxy did not start")
 
     def stop(self) -> None:
+        """Close the listeners and every proxied connection, then the loop (no task left pending)."""
+        done = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        with contextlib.suppress(Exception):
+            done.result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+    async def _shutdown(self) -> None:
+        for server in self._servers:
+            server.close()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         for service, port in self.ports.items():
-            self._loop.run_until_complete(
+            self._servers.append(self._loop.run_until_complete(
                 asyncio.start_server(lambda r, w, s=service: self._serve(s, r, w), "127.0.0.1", port)
-            )
+            ))
         self._ready.set()
         self._loop.run_forever()
 

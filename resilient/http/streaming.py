@@ -132,6 +132,7 @@ async def tail_events(
             while True:
                 got_events = False
                 empty_read = False
+                deferred = False
                 slack = 1.0 if widen is None else widen()
                 shared = feed.last_storage_read(response_id) if cursor is not None and not must_read else None
                 if shared is not None and cursor is not None and time.monotonic() >= storage_due and \
@@ -139,36 +140,42 @@ async def tail_events(
                     # Another reader here read storage since we did and found nothing we lack: that was our poll.
                     last_read = shared[0]
                     delay = min(poll_max * slack, delay * 2)
+                elif cursor is not None and not must_read and time.monotonic() >= storage_due and \
+                        feed.storage_read_since(response_id, last_read):
+                    # Another reader here is reading the log right now (readers of one response poll on one
+                    # schedule): wait for its result, which is our poll unless it finds something we lack.
+                    deferred = True
                 elif cursor is None or time.monotonic() >= storage_due:
                     must_read = False
-                    try:
-                        if cursor is None and first_read is not None:
-                            result = await first_read
-                            first_read = None
-                        elif cursor is None:
-                            result = await events.read_after(response_id, starting_after)
-                        else:
-                            result = await events.read_more(response_id, cursor)
-                        outage_since = None
-                    except NotFound:
-                        return  # deleted while streaming: nothing more will come
-                    except StorageUnavailable:
-                        outage_since = outage_since or time.monotonic()
-                        if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
-                            log.warning("storage unavailable too long; ending stream",
-                                        extra={"response_id": response_id})
-                            return  # the client reconnects with starting_after and misses nothing
-                        result = None
-                    last_read = time.monotonic()
-                    if result is not None:
-                        newest = result.events[-1].sequence_number if result.events else -1
-                        if newest > feed.published_through(response_id) and unpublished is None:
-                            unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS * slack)
-                        cursor = result.cursor
-                        got_events = bool(result.events)
-                        empty_read = not got_events
-                        frames.add(result.events)
-                        feed.note_storage_read(response_id, last_read, cursor.last_sequence_number)
+                    with feed.storage_read(response_id):  # ends after the read is noted: waiters see it
+                        try:
+                            if cursor is None and first_read is not None:
+                                result = await first_read
+                                first_read = None
+                            elif cursor is None:
+                                result = await events.read_after(response_id, starting_after)
+                            else:
+                                result = await events.read_more(response_id, cursor)
+                            outage_since = None
+                        except NotFound:
+                            return  # deleted while streaming: nothing more will come
+                        except StorageUnavailable:
+                            outage_since = outage_since or time.monotonic()
+                            if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
+                                log.warning("storage unavailable too long; ending stream",
+                                            extra={"response_id": response_id})
+                                return  # the client reconnects with starting_after and misses nothing
+                            result = None
+                        last_read = time.monotonic()
+                        if result is not None:
+                            newest = result.events[-1].sequence_number if result.events else -1
+                            if newest > feed.published_through(response_id) and unpublished is None:
+                                unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS * slack)
+                            cursor = result.cursor
+                            got_events = bool(result.events)
+                            empty_read = not got_events
+                            frames.add(result.events)
+                            feed.note_storage_read(response_id, last_read, cursor.last_sequence_number)
                     delay = poll_min if got_events else min(poll_max * slack, delay * 2)
                 gap = False
                 if cursor is not None:
@@ -210,10 +217,9 @@ async def tail_events(
                 elif trust_here and feed.expected_here(response_id):
                     if was_writing:
                         phase_ended_at = now
-                    if empty_read and was_here:
-                        ceiling = max(poll_while_local, poll_while_expected) * slack
-                        expected_delay = min(ceiling, expected_delay * 2)
-                    interval, here = max(expected_delay, delay), True
+                    if empty_read and was_here:  # backs off (in unwidened seconds) up to the local pace
+                        expected_delay = min(max(poll_while_local, poll_while_expected), expected_delay * 2)
+                    interval, here = max(expected_delay * slack, delay), True
                     # Between two activities the next one cannot have appended before the phase here ended
                     # (the orchestration schedules it only then), so the first poll of the gap is one interval
                     # after that end, not one after the last read (which, after a long phase, is at once).
@@ -243,7 +249,8 @@ async def tail_events(
                 if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
                     yield KEEPALIVE
                     last_output = time.monotonic()
-                wait = storage_due - time.monotonic()
+                # Deferred to another reader's read: its end wakes us (the bound is only a safety net).
+                wait = poll_max * slack if deferred else storage_due - time.monotonic()
                 if keepalive_seconds is not None:
                     wait = min(wait, last_output + keepalive_seconds - time.monotonic())
                 if finished is not None:

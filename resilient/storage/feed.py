@@ -90,6 +90,7 @@ class CommittedFeed:
         self._expected: dict[str, float] = {}  # response id -> monotonic time until which a run is expected
         self._published: OrderedDict[str, int] = OrderedDict()  # response id -> last sequence number published
         self._checked: dict[str, tuple[float, int]] = {}  # response id -> (when, through which seq) storage was read
+        self._reading: dict[str, list[float]] = {}  # response id -> start times of its readers' reads in flight
         self._recent = RecentLogs()  # logs committed here from their first event, for reconnects
         self._lock = threading.Lock()
         self._max_pending_bytes = max_pending_bytes
@@ -171,6 +172,33 @@ class CommittedFeed:
         with self._lock:
             if response_id in self._subscribers:
                 self._checked[response_id] = (at, through)
+
+    @contextmanager
+    def storage_read(self, response_id: str) -> Iterator[None]:
+        """Mark a reader's storage read of the response's log as in flight. When it ends, the other
+        readers here are woken: one that waited for it (:meth:`storage_read_since`) counts a read that
+        found nothing it lacks as its own poll instead of issuing the same read at the same moment."""
+        started = time.monotonic()
+        with self._lock:
+            self._reading.setdefault(response_id, []).append(started)
+        try:
+            yield
+        finally:
+            with self._lock:
+                starts = self._reading.get(response_id, [])
+                if started in starts:
+                    starts.remove(started)
+                if not starts:
+                    self._reading.pop(response_id, None)
+                others = len(self._subscribers.get(response_id, ())) > 1
+            if others:
+                self.publish(response_id, None)
+
+    def storage_read_since(self, response_id: str, since: float) -> bool:
+        """Whether a reader here started a storage read of the response's log after ``since`` that is
+        still in flight."""
+        with self._lock:
+            return any(started > since for started in self._reading.get(response_id, ()))
 
     def last_storage_read(self, response_id: str) -> tuple[float, int] | None:
         """``(monotonic time, through which sequence number)`` of the latest storage read by a reader here:

@@ -223,3 +223,26 @@ async def test_after_a_phase_here_a_next_phase_written_elsewhere_still_reaches_t
     chunks = await asyncio.wait_for(reader, 10)
     assert sequence_numbers(chunks) == list(range(12))
     assert 1 < log.storage_calls <= 30  # found by the gap's polls, which back off
+
+
+async def test_two_readers_of_a_response_in_one_process_poll_storage_as_one(storage: Storage, rid: str) -> None:
+    """Readers of one response here poll on one schedule; when one is due while another's read is in flight,
+    it waits for that read (which found nothing it lacks) instead of issuing the same read at the same time.
+    Side by side: a pair of readers sharing a process against one reader alone, no events coming."""
+    await storage.events.create(rid, [created()])
+    pace = {"poll_min": 0.1, "poll_max": 0.1, "poll_while_local": 0.1, "poll_while_expected": 0.1}
+
+    async def read_for(feed: CommittedFeed, seconds: float) -> int:
+        log = reader_log(storage)
+        task = asyncio.create_task(collect(log, rid, feed, **pace))
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return log.storage_calls
+
+    pair_feed, lone_feed = CommittedFeed(), CommittedFeed()
+    first, second, lone = await asyncio.gather(read_for(pair_feed, 1.5), read_for(pair_feed, 1.5),
+                                               read_for(lone_feed, 1.5))
+    assert lone >= 6, lone  # it polled all along (a first read, then every 0.1 s)
+    assert first + second <= lone + 3, (first, second, lone)  # not twice as many

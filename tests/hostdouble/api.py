@@ -260,6 +260,15 @@ class HostDouble:
                                   params={"at": "checkpoint", "name": activity, "delay": delay})
         response.raise_for_status()
 
+    def fail_checkpoint(self, activity: str, delay: float = 0.0) -> None:
+        """Arm a storage fault in the same window: the next orchestrator episode that schedules ``activity``
+        sends its messages, then its checkpoint fails (the connection lost for good, after the SDK's own
+        retries). The host abandons the work item and runs the episode again, which sends the activity
+        again: it is delivered twice (the stats count it in ``activity_sends_before_a_failed_checkpoint``)."""
+        response = self.http.post(f"{self.durable_url}/_double/crash-host",
+                                  params={"at": "checkpoint", "name": activity, "delay": delay, "how": "storage"})
+        response.raise_for_status()
+
     def wait_dead(self, timeout: float = 30.0) -> None:
         """Until the process group started by :meth:`start` has died (an armed crash)."""
         if self.proc is None:

@@ -47,7 +47,8 @@ _DROP_RESPONSE = {"connection", "keep-alive", "proxy-connection", "transfer-enco
 PROXY_IDLE_TIMEOUT = 240.0
 # Counters that survive a host recycle (the platform hands them from one host to the next).
 CUMULATIVE = ("worker_restarts", "worker_exit_codes", "activity_deliveries", "activity_redeliveries",
-              "activity_completions", "activity_failures_worker_exit", "activity_timeouts", "episodes",
+              "activity_completions", "activity_failures_worker_exit", "activity_timeouts",
+              "activity_sends_before_a_failed_checkpoint", "episodes",
               "episodes_failed_worker_exit", "episodes_aborted", "episode_reruns", "entity_batches",
               "entity_batches_aborted", "entity_batch_reruns", "kills", "held_requests", "timeouts")
 
@@ -405,19 +406,24 @@ class Host:
         return JSONResponse({"armed": {"target": plan.target, "name": plan.name, "delay": plan.delay}})
 
     def _arm_host_crash(self, request: Request) -> Response:
-        """``at=checkpoint&name=<activity>&delay=<s>``: the whole host dies between the sends and the
-        checkpoint of the next episode that schedules ``name`` (see ``DurableRuntime``)."""
+        """``at=checkpoint&name=<activity>&delay=<s>[&how=kill|storage]``: between the sends and the checkpoint
+        of the next episode that schedules ``name``, the whole host dies (``kill``, the default) or the
+        checkpoint's storage call fails (``storage``; see ``DurableRuntime``)."""
         name = request.query_params.get("name")
         if request.query_params.get("at") != "checkpoint" or not name:
             return JSONResponse({"Message": "at=checkpoint and name=<activity> are required"}, status_code=400)
+        how = request.query_params.get("how", "kill")
+        if how not in ("kill", "storage"):
+            return JSONResponse({"Message": "how must be kill or storage"}, status_code=400)
         try:
             delay = max(0.0, float(request.query_params.get("delay", "0")))
         except ValueError:
             return JSONResponse({"Message": "delay must be a number of seconds"}, status_code=400)
-        self.runtime.crash_before_checkpoint = (name, delay)
-        log(f"host crash armed: before the checkpoint of the next episode scheduling {name!r}, {delay:.2f} s "
-            f"after its sends")
-        return JSONResponse({"armed": {"at": "checkpoint", "name": name, "delay": delay}})
+        self.runtime.crash_before_checkpoint = (name, delay, how)
+        fault = "the host dies" if how == "kill" else "its storage call fails"
+        log(f"checkpoint fault armed: before the checkpoint of the next episode scheduling {name!r}, {fault} "
+            f"{delay:.2f} s after its sends")
+        return JSONResponse({"armed": {"at": "checkpoint", "name": name, "delay": delay, "how": how}})
 
     def stats(self) -> dict[str, Any]:
         supervisor = self.supervisor

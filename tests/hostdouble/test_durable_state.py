@@ -97,6 +97,36 @@ def test_a_host_dying_between_an_episodes_sends_and_its_checkpoint_runs_the_acti
         double.stop()
 
 
+def test_a_checkpoint_that_fails_after_the_sends_delivers_the_activity_twice(tmp_path: Path) -> None:
+    """The same window without a crash: the checkpoint's storage call fails, the host abandons the work item
+    and runs the episode again, which sends the activity again. The first message was not lost (its
+    activity completes), so the activity runs twice; the second result is dropped as a duplicate, and the
+    host counts the send so a test can tell this delivery from an unexplained one."""
+    double = start_double()
+    double.start()
+    try:
+        http = httpx.Client(base_url=double.base_url, timeout=WAIT)
+        sequence = uid("seq")
+        before = double.stats()
+        start(http, "sequence", sequence, {"steps": 3, "marker_dir": str(tmp_path), "sleep": 0.5})
+        wait_until(lambda: markers(tmp_path, "step-0") == 1)
+        double.fail_checkpoint("step")  # the episode that schedules step 1
+        status = done(http, sequence, timeout=60)
+        assert status["runtimeStatus"] == "Completed", status
+        assert [r["index"] for r in status["output"]] == [0, 1, 2]
+        assert [markers(tmp_path, f"step-{i}") for i in range(3)] == [1, 2, 1]
+        after = double.stats()
+        resent = after["activity_sends_before_a_failed_checkpoint"].get("step", 0) - \
+            before.get("activity_sends_before_a_failed_checkpoint", {}).get("step", 0)
+        assert resent == 1, after
+        assert after["activity_deliveries"]["step"] - before["activity_deliveries"].get("step", 0) == 4
+        assert after["activity_redeliveries"] == before["activity_redeliveries"]  # a new message, not a reappearance
+        assert sum(1 for e in history(double, sequence) if e["EventType"] == TASK_COMPLETED) == 3
+        assert "(armed storage fault)" in double.log() and "work item aborted" in double.log()
+    finally:
+        double.stop()
+
+
 def test_rewind_runs_the_failed_activity_again(tmp_path: Path) -> None:
     with start_double() as double, httpx.Client(base_url=double.base_url, timeout=WAIT) as http:
         instance = uid("fragile")

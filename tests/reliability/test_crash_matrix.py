@@ -183,18 +183,47 @@ def test_kill_inside_finalize(client: OpenAI, double: HostDouble, clean: list[An
 
 
 
+def test_a_checkpoint_failing_after_its_sends_delivers_a_phase_twice_and_repeats_none(
+        client: OpenAI, double: HostDouble, clean: list[Any]) -> None:
+    """The same window without a crash: the checkpoint of the episode that schedules phase 2 fails (a storage
+    error the SDK did not bridge), the host runs the episode again, and it sends phase 2 again while the
+    first delivery streams: two deliveries of one phase, neither a worker exit nor a re-delivery. The later
+    one waits for the live attempt (or finds its checkpoint) and returns it: nothing is repeated, the client
+    that stayed connected sees one uninterrupted stream."""
+    k = _nth("response.output_text.delta", 0, 2)(clean)  # inside phase 1
+    before = double.stats()
+    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
+                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
+    with stream:
+        events, _ = read_events(stream, at_seq(k))
+        response_id = events[0].response.id
+        double.fail_checkpoint("run_phase", delay=0.15)
+        more, broken = read_events(stream)
+    events += more
+    assert not broken and events[-1].type == "response.completed", events[-1].type
+    run = finish_run(client, double, response_id, events, before, [], [])
+    assert run.delta("activity_sends_before_a_failed_checkpoint", "run_phase") == 1, run.stats_after
+    assert run.delta("activity_deliveries", "run_phase") == PHASES + 1, run.stats_after
+    assert "(armed storage fault)" in double.log()
+    assert (problems := check_run(client, run, clean)) == [], "\n".join(problems)
+
+
 def test_the_phase_work_check_flags_more_repeated_phases_than_kills() -> None:
     """The R3 check used above can fail: one kill, and the host/app counts showing two phases repeated."""
 
-    def run(failed: int, deliveries: int, app: AppLog) -> CrashRun:
+    def run(failed: int, deliveries: int, app: AppLog, resent: int = 0) -> CrashRun:
         before = {"activity_failures_worker_exit": {}, "activity_deliveries": {}, "activity_redeliveries": {}}
         after = {"activity_failures_worker_exit": {"run_phase": failed},
-                 "activity_deliveries": {"run_phase": deliveries}, "activity_redeliveries": {}}
+                 "activity_deliveries": {"run_phase": deliveries}, "activity_redeliveries": {},
+                 "activity_sends_before_a_failed_checkpoint": {"run_phase": resent}}
         return CrashRun("resp_x", [], 1, before, after, [3], app=app)
 
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES, 1, 0))) == []
     assert _check_phase_work(run(2, PHASES + 2, AppLog(PHASES, 1, 0))) != []  # two phases failed by exits
     assert _check_phase_work(run(1, PHASES + 2, AppLog(PHASES, 1, 0))) != []  # a delivery nobody explains
+    # ... unless an episode sent it and then failed to checkpoint: its re-run sent the same call again
+    assert _check_phase_work(run(1, PHASES + 2, AppLog(PHASES, 1, 0), resent=1)) == []
+    assert _check_phase_work(run(1, PHASES + 3, AppLog(PHASES, 1, 0), resent=1)) != []
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES, 2, 0))) != []  # two partial phases reset
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES + 1, 1, 0))) != []  # a finished phase re-streamed
     log = "x | phase done | response_id=resp_x phase=0\nphase done | response_id=resp_xy phase=0\n"

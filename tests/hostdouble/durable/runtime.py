@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from azure.core.exceptions import ServiceRequestError
+
 from ..config import DurableConfig
 from ..failures import (
     Answered,
@@ -130,6 +132,9 @@ class Session:
     task: asyncio.Task[None] | None = None
     history: LoadedHistory | None = None
     entity: dict[str, Any] | None = None
+    # Activities the current episode sent whose checkpoint has not been written yet: if the episode is then
+    # abandoned, its re-run sends them again (DTFx sends before it checkpoints: at-least-once).
+    sent_unsettled: Counter[str] = field(default_factory=Counter)
 
     @property
     def is_entity(self) -> bool:
@@ -143,6 +148,8 @@ class Counters:
     activity_completions: Counter[str] = field(default_factory=Counter)
     activity_failures_worker_exit: Counter[str] = field(default_factory=Counter)
     activity_timeouts: Counter[str] = field(default_factory=Counter)
+    # Activity messages sent by an episode whose checkpoint then failed: each may be delivered twice.
+    activity_sends_before_a_failed_checkpoint: Counter[str] = field(default_factory=Counter)
     episodes: int = 0
     episodes_failed_worker_exit: int = 0
     episodes_aborted: int = 0
@@ -186,7 +193,8 @@ class DurableRuntime:
         self._reserved_slots = 0  # activity slots taken by locally sent activities not started yet
         # a test hook: (activity name, seconds) — the whole host dies that long after the next episode that
         # schedules that activity has sent its messages, before it checkpoints (a container crash there)
-        self.crash_before_checkpoint: tuple[str, float] | None = None
+        # (activity, delay s, "kill" | "storage"): see _maybe_crash_before_checkpoint
+        self.crash_before_checkpoint: tuple[str, float, str] | None = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -327,6 +335,7 @@ class DurableRuntime:
                 except Exception as error:
                     self.log(f"instance {session.instance_id}: work item aborted ({type(error).__name__}: "
                              f"{error}); its messages come back after the abandon back-off")
+                    self._unsettle(session)
                     session.history = session.entity = None
                     await self._abandon(session, batch)
         finally:
@@ -334,6 +343,11 @@ class DurableRuntime:
             session.task = None
             if not session.held and not session.pending and not self._keep_cached(session):
                 self.sessions.pop(session.instance_id, None)
+
+    def _unsettle(self, session: Session) -> None:
+        """The episode is abandoned after it sent activities: count them (a re-run sends them again)."""
+        self.counters.activity_sends_before_a_failed_checkpoint.update(session.sent_unsettled)
+        session.sent_unsettled.clear()
 
     @staticmethod
     def _keep_cached(session: Session) -> bool:
@@ -492,9 +506,13 @@ class DurableRuntime:
         reserved = max(0, min(len(activities), self._free_activity_slots()))
         held = {id(o) for o in activities[:reserved]}
         self._reserved_slots += reserved
+        async def send(outbound_message: Outbound) -> None:
+            await self._send(outbound_message, local_control, local_activities, hold=id(outbound_message) in held)
+            if outbound_message.kind == "activity":  # out: a re-run of this episode would send it again
+                session.sent_unsettled[str(outbound_message.event.get("Name"))] += 1
+
         try:
-            await asyncio.gather(*(self._send(o, local_control, local_activities, hold=id(o) in held)
-                                   for o in outbound))
+            await asyncio.gather(*(send(o) for o in outbound))
         finally:
             self._reserved_slots -= reserved
         # What was just sent is visible to the real backend's pollers now, and it wakes its own pollers on a
@@ -519,11 +537,13 @@ class DurableRuntime:
         except HistoryConflict:
             self.counters.history_conflicts += 1
             self.log(f"instance {instance_id}: history changed under us (another host?); episode discarded")
+            self._unsettle(session)
             session.history = None
             await self._abandon(session, [d for d, _ in taken] + ([start[0]] if start else []) + defers)
             await self._finish(session, drops)
             return
         trace("episode committed", instance_id)
+        session.sent_unsettled.clear()  # in the history now: a re-run of these messages is dropped, sends nothing
         # (3) the instance row
         await self.storage.write_instance(instance_id, self._instance_fields(execution, start, result))
         trace("episode row written", instance_id)
@@ -539,15 +559,23 @@ class DurableRuntime:
             self.log(f"instance {instance_id} ({execution.name}) {result.completion.status}{why}")
 
     async def _maybe_crash_before_checkpoint(self, instance_id: str, outbound: list[Outbound]) -> None:
-        """The armed container crash: the episode's messages are out (its activities may be running), its
-        history is not committed. SIGKILL to the whole process group, as ``HostDouble.kill_host`` does."""
+        """The armed fault between an episode's sends and its checkpoint: its messages are out (its
+        activities may be running), its history is not committed. ``kill``: a container crash, SIGKILL to
+        the whole process group, as ``HostDouble.kill_host`` does. ``storage``: the checkpoint's storage
+        call fails (a connection lost for good); the work item is abandoned and runs again."""
         armed = self.crash_before_checkpoint
         if armed is None or not any(o.kind == "activity" and o.event.get("Name") == armed[0] for o in outbound):
             return
         self.crash_before_checkpoint = None
-        self.log(f"instance {instance_id}: episode sent {armed[0]!r}; the whole host dies {armed[1]:.2f} s "
+        name, delay, how = armed
+        if how == "storage":
+            self.log(f"instance {instance_id}: episode sent {name!r}; its checkpoint fails {delay:.2f} s later "
+                     "(armed storage fault)")
+            await asyncio.sleep(delay)
+            raise ServiceRequestError("armed storage fault: the checkpoint's connection was lost")
+        self.log(f"instance {instance_id}: episode sent {name!r}; the whole host dies {delay:.2f} s "
                  f"later, before the checkpoint (armed crash)")
-        await asyncio.sleep(armed[1])
+        await asyncio.sleep(delay)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     def _instance_fields(self, execution: Execution, start: tuple[Delivery, dict[str, Any]] | None,
@@ -901,6 +929,7 @@ class DurableRuntime:
             "activity_completions": dict(c.activity_completions),
             "activity_failures_worker_exit": dict(c.activity_failures_worker_exit),
             "activity_timeouts": dict(c.activity_timeouts),
+            "activity_sends_before_a_failed_checkpoint": dict(c.activity_sends_before_a_failed_checkpoint),
             "redeliveries": sum(c.activity_redeliveries.values()),
             "episodes": c.episodes,
             "episodes_failed_worker_exit": c.episodes_failed_worker_exit,

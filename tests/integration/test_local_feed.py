@@ -222,7 +222,9 @@ async def test_after_a_phase_here_a_next_phase_written_elsewhere_still_reaches_t
     await write_phase(writer, appends=5)  # the next activity ran on another instance
     chunks = await asyncio.wait_for(reader, 10)
     assert sequence_numbers(chunks) == list(range(12))
-    assert 1 < log.storage_calls <= 30  # found by the gap's polls, which back off
+    # the first read, then the gap's first poll 0.3 s after the phase here ended finds the whole next phase
+    # (on a slow machine a poll may land while it is written: one or two more); no polling at 20 ms
+    assert 2 <= log.storage_calls <= 4, log.storage_calls
 
 
 async def test_two_readers_of_a_response_in_one_process_poll_storage_as_one(storage: Storage, rid: str) -> None:

@@ -183,6 +183,20 @@ def test_kill_inside_finalize(client: OpenAI, double: HostDouble, clean: list[An
 
 
 
+def _stream_with_a_fault_in_phase_1(client: OpenAI, clean: list[Any],
+                                   arm: Callable[[], None]) -> tuple[str, list[Any], bool]:
+    """Start the standard run streaming, ``arm`` a fault inside phase 1 (the episode that schedules phase 2
+    is the next one), and read the stream to its end: (response id, events, whether the stream broke)."""
+    k = _nth("response.output_text.delta", 0, 2)(clean)  # inside phase 1
+    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
+                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
+    with stream:
+        events, _ = read_events(stream, at_seq(k))
+        arm()
+        more, broken = read_events(stream)
+    return events[0].response.id, events + more, broken
+
+
 def test_a_checkpoint_failing_after_its_sends_delivers_a_phase_twice_and_repeats_none(
         client: OpenAI, double: HostDouble, clean: list[Any]) -> None:
     """The same window without a crash: the checkpoint of the episode that schedules phase 2 fails (a storage
@@ -190,16 +204,9 @@ def test_a_checkpoint_failing_after_its_sends_delivers_a_phase_twice_and_repeats
     first delivery streams: two deliveries of one phase, neither a worker exit nor a re-delivery. The later
     one waits for the live attempt (or finds its checkpoint) and returns it: nothing is repeated, the client
     that stayed connected sees one uninterrupted stream."""
-    k = _nth("response.output_text.delta", 0, 2)(clean)  # inside phase 1
     before = double.stats()
-    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
-                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
-    with stream:
-        events, _ = read_events(stream, at_seq(k))
-        response_id = events[0].response.id
-        double.fail_checkpoint("run_phase", delay=0.15)
-        more, broken = read_events(stream)
-    events += more
+    response_id, events, broken = _stream_with_a_fault_in_phase_1(
+        client, clean, lambda: double.fail_checkpoint("run_phase", delay=0.15))
     assert not broken and events[-1].type == "response.completed", events[-1].type
     run = finish_run(client, double, response_id, events, before, [], [])
     assert run.delta("activity_sends_before_a_failed_checkpoint", "run_phase") == 1, run.stats_after
@@ -366,15 +373,8 @@ def test_whole_host_dies_between_an_episodes_sends_and_its_checkpoint(
     reappears too: two deliveries of the same phase, side by side, on a log one attempt already wrote."""
     double = short_visibility_double
     client = make_client(double.base_url)
-    k = _nth("response.output_text.delta", 0, 2)(clean)  # inside phase 1
-    stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
-                                     metadata=knobs(PHASES, WORDS, DELAY_MS))
-    with stream:
-        events, _ = read_events(stream, at_seq(k))
-        response_id = events[0].response.id
-        double.crash_host_before_checkpoint("run_phase", delay=0.15)
-        more, broken = read_events(stream)
-    events += more
+    response_id, events, broken = _stream_with_a_fault_in_phase_1(
+        client, clean, lambda: double.crash_host_before_checkpoint("run_phase", delay=0.15))
     assert broken, "the stream outlived the host"
     double.wait_dead()
     assert any(e.type == "response.output_item.added" and e.output_index == 1 for e in events), \

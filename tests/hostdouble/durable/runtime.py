@@ -191,9 +191,9 @@ class DurableRuntime:
         self._stopping = False
         self._work_poller: Poller | None = None
         self._reserved_slots = 0  # activity slots taken by locally sent activities not started yet
-        # a test hook: (activity name, seconds) — the whole host dies that long after the next episode that
-        # schedules that activity has sent its messages, before it checkpoints (a container crash there)
-        # (activity, delay s, "kill" | "storage"): see _maybe_crash_before_checkpoint
+        # a test hook: (activity name, seconds, "kill" | "storage") — that long after the next episode that
+        # schedules that activity has sent its messages, before it checkpoints, the whole host dies (a
+        # container crash there) or the checkpoint's storage call fails; see _maybe_crash_before_checkpoint
         self.crash_before_checkpoint: tuple[str, float, str] | None = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -506,6 +506,7 @@ class DurableRuntime:
         reserved = max(0, min(len(activities), self._free_activity_slots()))
         held = {id(o) for o in activities[:reserved]}
         self._reserved_slots += reserved
+
         async def send(outbound_message: Outbound) -> None:
             await self._send(outbound_message, local_control, local_activities, hold=id(outbound_message) in held)
             if outbound_message.kind == "activity":  # out: a re-run of this episode would send it again

@@ -256,17 +256,18 @@ class HostDouble:
         episode that schedules ``activity`` sends its messages (the activity starts), then ``delay`` s
         later the whole process group is SIGKILLed before the episode's history is committed. Wait for
         it with :meth:`wait_dead`, then :meth:`restart`."""
-        response = self.http.post(f"{self.durable_url}/_double/crash-host",
-                                  params={"at": "checkpoint", "name": activity, "delay": delay})
-        response.raise_for_status()
+        self._arm_checkpoint_fault(activity, delay, "kill")
 
     def fail_checkpoint(self, activity: str, delay: float = 0.0) -> None:
         """Arm a storage fault in the same window: the next orchestrator episode that schedules ``activity``
         sends its messages, then its checkpoint fails (the connection lost for good, after the SDK's own
         retries). The host abandons the work item and runs the episode again, which sends the activity
         again: it is delivered twice (the stats count it in ``activity_sends_before_a_failed_checkpoint``)."""
+        self._arm_checkpoint_fault(activity, delay, "storage")
+
+    def _arm_checkpoint_fault(self, activity: str, delay: float, how: str) -> None:
         response = self.http.post(f"{self.durable_url}/_double/crash-host",
-                                  params={"at": "checkpoint", "name": activity, "delay": delay, "how": "storage"})
+                                  params={"at": "checkpoint", "name": activity, "delay": delay, "how": how})
         response.raise_for_status()
 
     def wait_dead(self, timeout: float = 30.0) -> None:

@@ -15,7 +15,9 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableServiceClient
 
+from tests.hostdouble.durable import lean
 from tests.hostdouble.durable.batch import parse_batch_answer, use_lean_transactions
+from tests.hostdouble.durable.transport import LeanLoopbackTransport
 
 CONNECTION = os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true")
 
@@ -99,3 +101,31 @@ def test_parse_batch_answer_reads_every_status_and_etag() -> None:
               b"--changesetresponse_2--\r\n--batchresponse_1--\r\n")
     assert parse_batch_answer(answer) == [(204, {"etag": "W/\"datetime'1'\""}),
                                           (201, {"etag": "W/\"datetime'2'\""}), (412, {})]
+
+
+def test_over_the_doubles_trimmed_clients_a_transaction_is_one_call_of_the_lean_transport() -> None:
+    """The transaction's answer is read whole, so it goes over the lean transport (not the SDK's aiohttp
+    one, which costs the double's host more CPU per call), and answers the same: ETags, then a failure."""
+
+    async def scenario() -> None:
+        service = lean.trim_table_service(TableServiceClient.from_connection_string(CONNECTION))
+        transport = service._client._client._pipeline._transport
+        assert isinstance(transport, LeanLoopbackTransport)
+        name = "batch" + secrets.token_hex(6)
+        await service.create_table(name)
+        try:
+            table = use_lean_transactions(service.get_table_client(name))
+            before = transport.calls
+            created = await table.submit_transaction(operations("lean", None))
+            assert transport.calls - before == 1
+            assert created[-1]["etag"] == (await table.get_entity("lean", "sentinel")).metadata["etag"]
+            with pytest.raises(HttpResponseError) as stale:
+                await table.submit_transaction(operations("lean", None))  # the sentinel exists: 409
+            assert stale.value.status_code == 409
+            assert transport.calls - before == 3  # the transaction, the read, the failed transaction
+        finally:
+            await service.delete_table(name)
+            await service.close()
+            await transport.close()  # shared by the clients the service hands out: closed on its own
+
+    asyncio.run(scenario())

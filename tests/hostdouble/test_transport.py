@@ -15,7 +15,7 @@ from azure.core.pipeline import AsyncPipeline
 from azure.core.rest import HttpRequest
 from azure.storage.queue._shared.policies_async import ExponentialRetry
 
-from tests.hostdouble.durable.transport import LeanLoopbackTransport
+from tests.hostdouble.durable.transport import WHOLE_ANSWER, LeanLoopbackTransport
 
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\nx-seen: %d\r\n\r\n"
 
@@ -67,6 +67,7 @@ class _Fallback:
     async def close(self) -> None: ...
 
     async def send(self, request: Any, *, stream: bool = False, **config: Any) -> str:
+        assert WHOLE_ANSWER not in config  # the lean transport's own option: aiohttp would refuse it
         self.sent.append((request.url, stream))
         return "fallback"
 
@@ -183,3 +184,22 @@ def test_streamed_and_https_calls_go_to_the_sdks_transport() -> None:
         assert transport.calls == 0
 
     asyncio.run(scenario())
+
+
+def test_a_streamed_call_read_whole_anyway_is_sent_here_and_its_answer_read() -> None:
+    """``whole_answer`` (a table transaction: ``stream=True`` only to keep the content decoding off its
+    multipart answer) is sent over the kept-alive connection; over ``https`` it still goes to the SDK's
+    transport, without the option."""
+
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
+        for _ in range(2):
+            response = await transport.send(HttpRequest("POST", f"http://127.0.0.1:{port}/$batch", content=b"x"),
+                                            stream=True, **{WHOLE_ANSWER: True})
+            assert response.status_code == 204 and await response.read() == b""
+        assert server.connections == 1 and len(server.requests) == 2 and transport.calls == 2
+        https = HttpRequest("POST", "https://account.table.core.windows.net/$batch", content=b"x")
+        fallback = transport._fallback
+        assert await transport.send(https, stream=True, **{WHOLE_ANSWER: True}) == "fallback"
+        assert fallback.sent == [("https://account.table.core.windows.net/$batch", True)]
+
+    _against(_no_content, use)

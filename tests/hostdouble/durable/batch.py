@@ -29,6 +29,8 @@ from azure.core.exceptions import HttpResponseError
 from azure.core.rest import HttpRequest
 from azure.data.tables.aio import TableClient
 
+from .transport import WHOLE_ANSWER, LeanLoopbackTransport
+
 _STATUS_LINE = re.compile(rb"^HTTP/1\.1 (\d{3})[^\r\n]*\r\n((?:[^\r\n]+\r\n)*)", re.MULTILINE)
 _ETAG_HEADER = re.compile(rb"^etag:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _ERROR_CODE = re.compile(rb'"code"\s*:\s*"([^"]+)"')
@@ -66,6 +68,15 @@ def parse_batch_answer(body: bytes) -> list[tuple[int, Mapping[str, Any]]]:
     return parts
 
 
+def _over_lean_transport(table: TableClient) -> bool:
+    """Whether the table's pipeline ends in the double's lean transport (a table client wraps its service's
+    transport in the SDK's ``AsyncTransportWrapper``)."""
+    transport = table._client._client._pipeline._transport
+    while not isinstance(transport, LeanLoopbackTransport) and hasattr(transport, "_transport"):
+        transport = transport._transport
+    return isinstance(transport, LeanLoopbackTransport)
+
+
 async def _send_batch(self: TableClient, table_name: str, *requests: HttpRequest,
                       **kwargs: Any) -> list[Mapping[str, Any]]:
     """Stands in for ``TableClient._batch_send`` (same arguments, same result, same errors' status)."""
@@ -77,7 +88,10 @@ async def _send_batch(self: TableClient, table_name: str, *requests: HttpRequest
                  "Content-Type": f"multipart/mixed; boundary={batch}"},
         content=batch_body(requests, batch, changeset, format_date_time(time.time())),
     )
-    response = await self._client.send_request(request, stream=True, **kwargs)
+    # stream=True: no content decoding of the multipart answer. It is read whole at once, so the double's
+    # lean transport may send it (the option is for that transport only).
+    whole = {WHOLE_ANSWER: True} if _over_lean_transport(self) else {}
+    response = await self._client.send_request(request, stream=True, **whole, **kwargs)
     body = await response.read()
     if response.status_code != 202:
         raise HttpResponseError(message=f"table transaction on {table_name} failed", response=response)

@@ -10,7 +10,9 @@ What it does: keep-alive connections to plain-``http`` endpoints (Azurite), the 
 pipeline built it (method, URL, headers, body), the answer parsed with ``httptools`` (the parser the
 worker's uvicorn uses), returned as the SDK's own ``azure.core.rest`` response type with its body read.
 Every pipeline policy still runs above it (signing, retries, content decoding). Anything else (``https``, a
-streamed download, a legacy request object, a file upload) goes to the SDK's aiohttp transport it wraps.
+streamed download, a legacy request object, a file upload) goes to the SDK's aiohttp transport it wraps; a
+streamed call whose caller reads the answer whole anyway says so (:data:`WHOLE_ANSWER`: the table
+transactions) and is sent here.
 
 Failures map as aiohttp's do in the SDK's transport (``AioHttpTransport.send``), so the retry policy
 sees the same errors: no connection, or the connection lost before the whole answer →
@@ -43,6 +45,12 @@ from yarl import URL
 IDLE_SECONDS = 2.0
 DEFAULT_CONNECT_TIMEOUT = 20.0
 DEFAULT_READ_TIMEOUT = 60.0
+
+# A call option (``send_request(request, stream=True, whole_answer=True)``): the caller asks for the answer
+# unparsed (``stream=True`` keeps the pipeline's content decoding off it, e.g. a table transaction's
+# ``multipart/mixed`` answer) but reads it whole at once, so this transport may send it and return the body
+# read. Without it a streamed call goes to the wrapped transport; the option never reaches that one.
+WHOLE_ANSWER = "whole_answer"
 
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -113,8 +121,10 @@ class LeanLoopbackTransport(AsyncHttpTransport):  # type: ignore[misc]
 
     async def send(self, request: Any, *, stream: bool = False, **config: Any) -> Any:
         url = URL(request.url)  # as aiohttp reads it: requoted the way yarl does (Azurite signs what it gets)
-        if stream or not isinstance(request, HttpRequest) or url.scheme != "http" or request.files \
-                or request.method == "HEAD" or not isinstance(request.content, (bytes, str, type(None))):
+        read_whole = config.pop(WHOLE_ANSWER, False)  # a streamed call whose caller reads the answer at once
+        if (stream and not read_whole) or not isinstance(request, HttpRequest) or url.scheme != "http" \
+                or request.files or request.method == "HEAD" \
+                or not isinstance(request.content, (bytes, str, type(None))):
             return await self._fallback.send(request, stream=stream, **config)
         # the same timeouts the wrapped transport would use: the call's, else its client's configuration
         defaults = getattr(self._fallback, "connection_config", None)

@@ -13,7 +13,8 @@ noise hits all of them alike:
 * ``host double: transaction (2 upserts)``: the same transaction as the host double sends its Durable
   history batches (``tests/hostdouble/durable/batch.py``: the SDK's operations and pipeline, the
   multipart envelope written without the ``email`` package);
-* ``host double: upsert`` / ``point read`` and ``queue send + delete`` (SDK and host double): the double's
+* ``host double: upsert`` / ``point read``, ``queue send + delete`` (SDK and host double) and ``empty queue
+  receive`` (the SDK's ``receive_messages`` over the double's trimmed pipeline, and the double's): the double's
   single Durable calls (``tests/hostdouble/durable/lean.py``: the SDK's request builders and the pipeline
   policies that change a request, not its per-call wrappers and observing policies), beside the same calls
   through the SDKs' public methods. All ``host double`` rows use the double's own (trimmed) clients, whose
@@ -113,6 +114,12 @@ async def main() -> None:
         message_id, receipt = await lean.send_message(double_queue, BODY, 30)
         await lean.delete_message(double_queue, message_id, receipt)
 
+    async def empty_receive() -> None:  # the SDK's public method, over the double's trimmed pipeline
+        assert [m async for m in double_queue.receive_messages(max_messages=32, visibility_timeout=30)] == []
+
+    async def lean_empty_receive() -> None:
+        assert await lean.receive_messages(double_queue, 32, 30) == []
+
     async def put_one() -> None:
         await storage.items.put_input_items(new_response_id(), [_item(0)])
 
@@ -125,6 +132,7 @@ async def main() -> None:
         "host double: transaction (2 upserts)": lean_transaction,
         "host double: upsert": lean_upsert, "host double: point read": lean_point_read,
         "queue send + delete": queue_pair, "host double: queue send + delete": lean_queue_pair,
+        "trimmed SDK: empty queue receive": empty_receive, "host double: empty queue receive": lean_empty_receive,
     }
     await upsert()  # bench0 exists for the point reads
     for call in kinds.values():  # warm the connections and the code paths

@@ -174,6 +174,46 @@ def test_lean_queue_messages_are_the_sdks_messages() -> None:
     asyncio.run(scenario())
 
 
+def test_lean_receive_answers_what_the_sdks_receive_answers() -> None:
+    """Ids, pop receipts that delete, dequeue counts and texts (escaped characters, an empty text) as the
+    SDK's ``receive_messages`` reads them; visibility as asked; an empty queue answers nothing."""
+
+    async def scenario() -> None:
+        async with (QueueServiceClient.from_connection_string(CONNECTION) as service,
+                    lean.trim_queue_service(QueueServiceClient.from_connection_string(CONNECTION)) as trimmed):
+            name = "lean-" + secrets.token_hex(6)
+            await service.create_queue(name)
+            sdk: QueueClient = service.get_queue_client(name)
+            queue: QueueClient = trimmed.get_queue_client(name)
+            transport = trimmed._pipeline._transport
+            try:
+                assert await lean.receive_messages(queue, 32, 30) == []
+                texts = ['{"e":"<tag attr=\\"1\\"> & ü"}', "", "  spaced  \n"]
+                sent = [(await lean.send_message(queue, text))[0] for text in texts]
+                before = transport.calls
+                first = await lean.receive_messages(queue, 2, 30)
+                rest = await lean.receive_messages(queue, 32, 30)
+                assert transport.calls - before == 2
+                assert [(m.id, m.content, m.dequeue_count) for m in first + rest] \
+                    == [(i, t, 1) for i, t in zip(sent, texts, strict=True)]
+                assert [m async for m in sdk.receive_messages(max_messages=32)] == []  # invisible for 30 s
+                for message in first + rest:  # visible again: the SDK reads the same messages
+                    await sdk.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+                again = [m async for m in sdk.receive_messages(max_messages=32, visibility_timeout=30)]
+                assert sorted((m.id, m.content, m.dequeue_count) for m in again) \
+                    == sorted((i, t, 2) for i, t in zip(sent, texts, strict=True))
+                for message in again:
+                    await sdk.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+                for message in await lean.receive_messages(queue, 32, 30):  # its receipts delete
+                    assert message.dequeue_count == 3
+                    await lean.delete_message(queue, message.id, message.pop_receipt)
+                assert (await sdk.get_queue_properties()).approximate_message_count == 0
+            finally:
+                await service.delete_queue(name)
+
+    asyncio.run(scenario())
+
+
 def test_lean_blob_leases_go_over_the_lean_transport_and_downloads_over_aiohttp() -> None:
     """The partition leases' calls (upload, acquire, renew, a conflicting acquire, release) behave as with
     the SDK's own transport and are sent by the lean one; a download streams through the aiohttp fallback."""

@@ -28,9 +28,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from html import unescape
 from typing import Any
 from urllib.parse import quote
+from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
 from azure.core import MatchConditions
@@ -179,11 +181,35 @@ async def send_message(queue: QueueClient, content: str, visibility_timeout: int
     return unescape(message_id.group(1)), unescape(receipt.group(1))
 
 
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """The fields of a ``QueueMessage`` the double reads (``QueueClient.receive_messages`` without a decode
+    policy: ``content`` is the message text as sent)."""
+
+    id: str
+    pop_receipt: str
+    dequeue_count: int
+    content: str
+
+
+async def receive_messages(queue: QueueClient, max_messages: int, visibility_timeout: int) -> list[ReceivedMessage]:
+    """``QueueClient.receive_messages(max_messages=…, visibility_timeout=…)``: one ``GET …/messages``."""
+    request = _queue_request(queue, "GET", "messages", headers={"Accept": "application/xml"}, params={
+        "numofmessages": str(max_messages), "visibilitytimeout": str(visibility_timeout)})
+    answer = (await _send(queue._client._client, request, 200)).content
+    received = []
+    for message in ElementTree.fromstring(answer).iter("QueueMessage"):  # the XML answer, unescaped
+        received.append(ReceivedMessage(
+            id=message.findtext("MessageId") or "", pop_receipt=message.findtext("PopReceipt") or "",
+            dequeue_count=int(message.findtext("DequeueCount") or 1), content=message.findtext("MessageText") or ""))
+    return received
+
+
 async def delete_message(queue: QueueClient, message_id: str, pop_receipt: str) -> None:
     """``QueueClient.delete_message``."""
     request = _queue_request(queue, "DELETE", f"messages/{quote(message_id)}", params={"popreceipt": pop_receipt})
     await _send(queue._client._client, request, 204)
 
 
-__all__ = ["OBSERVING_POLICIES", "delete_message", "get_entity", "send_message", "trim_queue_service",
-           "trim_table_service", "write_entity"]
+__all__ = ["OBSERVING_POLICIES", "ReceivedMessage", "delete_message", "get_entity", "receive_messages",
+           "send_message", "trim_queue_service", "trim_table_service", "write_entity"]

@@ -135,8 +135,7 @@ class Queues:
     async def receive(self, queue: str, count: int, visibility: timedelta) -> list[Delivery]:
         self.calls.add("queue.receive")
         seconds = max(1, int(visibility.total_seconds()))
-        messages = [m async for m in self._client(queue).receive_messages(
-            max_messages=max(1, min(32, count)), visibility_timeout=seconds)]
+        messages = await lean.receive_messages(self._client(queue), max(1, min(32, count)), seconds)
         deliveries = []
         for message in messages:
             try:

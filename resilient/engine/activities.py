@@ -525,6 +525,7 @@ class Engine:
                     if ready_in_a_row % EAGER_OUTPUTS_BEFORE_A_YIELD == 0:
                         await asyncio.sleep(0)
                 else:
+                    ready_in_a_row = 0  # the agent waits: the loop turns anyway
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left > 0:
                         await asyncio.wait({pending}, timeout=left)

@@ -303,9 +303,16 @@ def measure_idle(target: Target, seconds: float, settle: float) -> None:
         before = tree_cpu_seconds(target.pid)
         time.sleep(settle)
         settled = tree_cpu_seconds(target.pid)
-        target.after_run_cpu_ms = (settled - before) * 1000.0
+        target.after_run_cpu_ms = whole_ms(settled - before)
         time.sleep(seconds)
-        target.idle_cpu_ms_per_s = (tree_cpu_seconds(target.pid) - settled) * 1000.0 / seconds
+        target.idle_cpu_ms_per_s = whole_ms(tree_cpu_seconds(target.pid) - settled) / seconds
+
+
+def whole_ms(cpu_seconds: float) -> float:
+    """CPU seconds (a difference of tick counts: multiples of 10 ms) in whole milliseconds. Why: the sums
+    of per-process times carry float error (60 ms over 20 s came out as 3.000000000000025 ms/s and failed
+    the "<= 3.0" check); no figure here is finer than a millisecond."""
+    return float(round(cpu_seconds * 1000.0))
 
 
 def sse_probe(target: Target, args: argparse.Namespace) -> dict[str, Any]:
@@ -453,7 +460,8 @@ def target_check(targets: list[Target], phases: int, words: int) -> list[dict[st
     if "ours" in by_name:
         idle = by_name["ours"]["idle server CPU (ms per s)"]
         rows.append({"metric": "ours idle server CPU (ms per s)", "value": idle,
-                     "target": f"<= {IDLE_CPU_TARGET_MS_PER_S}", "met": not math.isnan(idle) and idle <= 3.0})
+                     "target": f"<= {IDLE_CPU_TARGET_MS_PER_S}",
+                     "met": not math.isnan(idle) and idle <= IDLE_CPU_TARGET_MS_PER_S})
     return rows
 NO_RATIO = {
     "runs measured",

@@ -53,6 +53,20 @@ async def with_table(scenario: Any, transport: Any = None) -> None:
             await service.delete_table(name)
 
 
+async def with_queue(scenario: Any) -> None:
+    """Runs ``scenario(sdk, queue, transport)``: a queue client of the SDK's own service, one of a trimmed
+    service (as the double's) and the trimmed service's lean transport."""
+    async with (QueueServiceClient.from_connection_string(CONNECTION) as service,
+                lean.trim_queue_service(QueueServiceClient.from_connection_string(CONNECTION)) as trimmed):
+        name = "lean-" + secrets.token_hex(6)
+        await service.create_queue(name)
+        try:
+            await scenario(service.get_queue_client(name), trimmed.get_queue_client(name),
+                           trimmed._pipeline._transport)
+        finally:
+            await service.delete_queue(name)
+
+
 class FailsFirst(LeanLoopbackTransport):
     """The double's transport, whose first request fails before it reaches storage (a dropped connection)."""
 
@@ -142,76 +156,57 @@ def test_lean_entity_calls_fail_with_the_sdks_exceptions() -> None:
 
 
 def test_lean_queue_messages_are_the_sdks_messages() -> None:
-    async def scenario() -> None:
-        async with (QueueServiceClient.from_connection_string(CONNECTION) as service,
-                    lean.trim_queue_service(QueueServiceClient.from_connection_string(CONNECTION)) as trimmed):
-            name = "lean-" + secrets.token_hex(6)
-            await service.create_queue(name)
-            sdk: QueueClient = service.get_queue_client(name)
-            queue: QueueClient = trimmed.get_queue_client(name)
-            try:
-                text = '{"e":"<tag attr=\\"1\\"> & ü"}'
-                message_id, receipt = await lean.send_message(queue, text)
-                [received] = [m async for m in sdk.receive_messages(max_messages=32, visibility_timeout=30)]
-                assert received.id == message_id and received.content == text and received.dequeue_count == 1
-                with pytest.raises(HttpResponseError) as stale:  # the receive issued a new pop receipt
-                    await lean.delete_message(queue, message_id, receipt)
-                assert stale.value.status_code in (400, 404)
-                await lean.delete_message(queue, received.id, received.pop_receipt)
-                with pytest.raises(ResourceNotFoundError):
-                    await lean.delete_message(queue, received.id, received.pop_receipt)
+    async def scenario(sdk: QueueClient, queue: QueueClient, _: LeanLoopbackTransport) -> None:
+        text = '{"e":"<tag attr=\\"1\\"> & ü"}'
+        message_id, receipt = await lean.send_message(queue, text)
+        [received] = [m async for m in sdk.receive_messages(max_messages=32, visibility_timeout=30)]
+        assert received.id == message_id and received.content == text and received.dequeue_count == 1
+        with pytest.raises(HttpResponseError) as stale:  # the receive issued a new pop receipt
+            await lean.delete_message(queue, message_id, receipt)
+        assert stale.value.status_code in (400, 404)
+        await lean.delete_message(queue, received.id, received.pop_receipt)
+        with pytest.raises(ResourceNotFoundError):
+            await lean.delete_message(queue, received.id, received.pop_receipt)
 
-                hidden_id, hidden_receipt = await lean.send_message(queue, "later", visibility_timeout=30)
-                assert [m async for m in sdk.receive_messages(max_messages=32)] == []  # invisible for 30 s
-                updated = await sdk.update_message(hidden_id, hidden_receipt, visibility_timeout=0)
-                [visible] = [m async for m in sdk.receive_messages(max_messages=32)]
-                assert visible.id == hidden_id and visible.content == "later" and updated.pop_receipt
-                await lean.delete_message(queue, visible.id, visible.pop_receipt)
-                assert (await sdk.get_queue_properties()).approximate_message_count == 0
-            finally:
-                await service.delete_queue(name)
+        hidden_id, hidden_receipt = await lean.send_message(queue, "later", visibility_timeout=30)
+        assert [m async for m in sdk.receive_messages(max_messages=32)] == []  # invisible for 30 s
+        updated = await sdk.update_message(hidden_id, hidden_receipt, visibility_timeout=0)
+        [visible] = [m async for m in sdk.receive_messages(max_messages=32)]
+        assert visible.id == hidden_id and visible.content == "later" and updated.pop_receipt
+        await lean.delete_message(queue, visible.id, visible.pop_receipt)
+        assert (await sdk.get_queue_properties()).approximate_message_count == 0
 
-    asyncio.run(scenario())
+    asyncio.run(with_queue(scenario))
 
 
 def test_lean_receive_answers_what_the_sdks_receive_answers() -> None:
     """Ids, pop receipts that delete, dequeue counts and texts (escaped characters, an empty text) as the
     SDK's ``receive_messages`` reads them; visibility as asked; an empty queue answers nothing."""
 
-    async def scenario() -> None:
-        async with (QueueServiceClient.from_connection_string(CONNECTION) as service,
-                    lean.trim_queue_service(QueueServiceClient.from_connection_string(CONNECTION)) as trimmed):
-            name = "lean-" + secrets.token_hex(6)
-            await service.create_queue(name)
-            sdk: QueueClient = service.get_queue_client(name)
-            queue: QueueClient = trimmed.get_queue_client(name)
-            transport = trimmed._pipeline._transport
-            try:
-                assert await lean.receive_messages(queue, 32, 30) == []
-                texts = ['{"e":"<tag attr=\\"1\\"> & ü"}', "", "  spaced  \n"]
-                sent = [(await lean.send_message(queue, text))[0] for text in texts]
-                before = transport.calls
-                first = await lean.receive_messages(queue, 2, 30)
-                rest = await lean.receive_messages(queue, 32, 30)
-                assert transport.calls - before == 2
-                assert [(m.id, m.content, m.dequeue_count) for m in first + rest] \
-                    == [(i, t, 1) for i, t in zip(sent, texts, strict=True)]
-                assert [m async for m in sdk.receive_messages(max_messages=32)] == []  # invisible for 30 s
-                for message in first + rest:  # visible again: the SDK reads the same messages
-                    await sdk.update_message(message.id, message.pop_receipt, visibility_timeout=0)
-                again = [m async for m in sdk.receive_messages(max_messages=32, visibility_timeout=30)]
-                assert sorted((m.id, m.content, m.dequeue_count) for m in again) \
-                    == sorted((i, t, 2) for i, t in zip(sent, texts, strict=True))
-                for message in again:
-                    await sdk.update_message(message.id, message.pop_receipt, visibility_timeout=0)
-                for message in await lean.receive_messages(queue, 32, 30):  # its receipts delete
-                    assert message.dequeue_count == 3
-                    await lean.delete_message(queue, message.id, message.pop_receipt)
-                assert (await sdk.get_queue_properties()).approximate_message_count == 0
-            finally:
-                await service.delete_queue(name)
+    async def scenario(sdk: QueueClient, queue: QueueClient, transport: LeanLoopbackTransport) -> None:
+        assert await lean.receive_messages(queue, 32, 30) == []
+        texts = ['{"e":"<tag attr=\\"1\\"> & ü"}', "", "  spaced  \n"]
+        sent = [(await lean.send_message(queue, text))[0] for text in texts]
+        before = transport.calls
+        first = await lean.receive_messages(queue, 2, 30)
+        rest = await lean.receive_messages(queue, 32, 30)
+        assert transport.calls - before == 2
+        assert [(m.id, m.content, m.dequeue_count) for m in first + rest] \
+            == [(i, t, 1) for i, t in zip(sent, texts, strict=True)]
+        assert [m async for m in sdk.receive_messages(max_messages=32)] == []  # invisible for 30 s
+        for message in first + rest:  # visible again: the SDK reads the same messages
+            await sdk.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+        again = [m async for m in sdk.receive_messages(max_messages=32, visibility_timeout=30)]
+        assert sorted((m.id, m.content, m.dequeue_count) for m in again) \
+            == sorted((i, t, 2) for i, t in zip(sent, texts, strict=True))
+        for message in again:
+            await sdk.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+        for message in await lean.receive_messages(queue, 32, 30):  # its receipts delete
+            assert message.dequeue_count == 3
+            await lean.delete_message(queue, message.id, message.pop_receipt)
+        assert (await sdk.get_queue_properties()).approximate_message_count == 0
 
-    asyncio.run(scenario())
+    asyncio.run(with_queue(scenario))
 
 
 def test_lean_blob_leases_go_over_the_lean_transport_and_downloads_over_aiohttp() -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import secrets
 from collections.abc import AsyncIterator
 
 import pytest
@@ -23,29 +21,12 @@ from resilient.engine.activities import EAGER_OUTPUTS_BEFORE_A_YIELD, Engine, Tu
 from resilient.http.service import ResponsesService
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
-from resilient.storage.factory import Storage, open_storage
+from resilient.storage.factory import Storage
 from tests.durable_standin import Durable
 
 pytestmark = pytest.mark.azurite
 
 WORDS = 300
-
-
-@pytest.fixture(scope="module")
-def settings() -> Settings:
-    return Settings.from_env({
-        "AzureWebJobsStorage": os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
-        "RESILIENT_STORAGE_PREFIX": "r" + secrets.token_hex(4),
-        "RESILIENT_AGENT_DELTA_DELAY_MS": "0",
-    })
-
-
-@pytest.fixture(scope="module")
-async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    opened = await open_storage(settings)
-    yield opened
-    await opened.clients.delete_all()
-    await opened.close()
 
 
 class Ticker:

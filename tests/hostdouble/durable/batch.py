@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import time
-import types
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -37,8 +36,16 @@ _ERROR_CODE = re.compile(rb'"code"\s*:\s*"([^"]+)"')
 
 
 def use_lean_transactions(table: TableClient) -> TableClient:
-    """Make ``table.submit_transaction`` send its batch through :func:`_send_batch` (this instance only)."""
-    table._batch_send = types.MethodType(_send_batch, table)  # type: ignore[method-assign]
+    """Make ``table.submit_transaction`` send its batch through :func:`_send_batch` (this instance only).
+
+    Over the double's lean transport the batch is marked as read whole at once (:data:`WHOLE_ANSWER`), so
+    that transport sends it; decided here, once per client, not per transaction."""
+    options = {WHOLE_ANSWER: True} if _over_lean_transport(table) else {}
+
+    async def send_batch(table_name: str, *requests: HttpRequest, **kwargs: Any) -> list[Mapping[str, Any]]:
+        return await _send_batch(table, table_name, *requests, **options, **kwargs)
+
+    table._batch_send = send_batch  # type: ignore[method-assign]
     return table
 
 
@@ -88,10 +95,8 @@ async def _send_batch(self: TableClient, table_name: str, *requests: HttpRequest
                  "Content-Type": f"multipart/mixed; boundary={batch}"},
         content=batch_body(requests, batch, changeset, format_date_time(time.time())),
     )
-    # stream=True: no content decoding of the multipart answer. It is read whole at once, so the double's
-    # lean transport may send it (the option is for that transport only).
-    whole = {WHOLE_ANSWER: True} if _over_lean_transport(self) else {}
-    response = await self._client.send_request(request, stream=True, **whole, **kwargs)
+    # stream=True: no content decoding of the multipart answer (read whole below)
+    response = await self._client.send_request(request, stream=True, **kwargs)
     body = await response.read()
     if response.status_code != 202:
         raise HttpResponseError(message=f"table transaction on {table_name} failed", response=response)

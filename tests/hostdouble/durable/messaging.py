@@ -142,7 +142,7 @@ class Queues:
                 envelope = await self._decode(message.content)
             except Exception:  # a message the double cannot read: leave it for a later look, like DTFx
                 continue
-            count = int(message.dequeue_count or 1) + int(envelope.held)
+            count = message.dequeue_count + int(envelope.held)
             deliveries.append(Delivery(queue, message.id, message.pop_receipt, count, envelope, time.time() + seconds))
         return deliveries
 

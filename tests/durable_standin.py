@@ -199,7 +199,7 @@ class Durable:
             inst.status = status
 
     def entity_state(self, chain_id: str) -> chainlock.ChainState:
-        return chainlock.coerce_state(self.entities.get(f"{orch.CHAIN_LOCK_ENTITY}@{chain_id}"))
+        return chainlock.coerce_state(self.entities.get(f"{orch.CHAIN_LOCK_ENTITY}@{chain_id}"), chain_id)
 
     async def wait(self, instance_id: str, timeout: float) -> Any:
         """The output of the instance's current execution (waits for a restarted one too)."""
@@ -250,7 +250,7 @@ class Durable:
             raise
 
     def _apply(self, key: str, operation: str, payload: Any) -> Any:
-        state = chainlock.coerce_state(self.entities.get(key))
+        state = chainlock.coerce_state(self.entities.get(key), key.split("@", 1)[1])
         new_state, answer = chainlock.apply(operation, state, wire(payload))
         self.entities[key] = wire(new_state)
         return wire(answer)

@@ -4,12 +4,20 @@ One entity per conversation chain (key = chain id) holds ``{"active": id | None,
 Durable entities process operations one at a time, so these functions need no locking of their own;
 they must only be deterministic and total (every input gives an answer, never an exception), because
 an entity that throws poisons the caller's orchestration.
+
+A chain named by a response id is a stored root turn's own chain, and its lock starts out held by that
+root (:func:`initial_state`). Nobody can queue on such a chain before the root exists (a later turn
+names the root), so the root needs no ``acquire``: its run starts without the entity round trip (a
+message to the entity, its batch, the answer, one more orchestrator episode), and a later turn whose
+``acquire`` reaches the entity first still queues behind it. A conversation's chain starts free.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any, TypedDict
+
+from resilient.ids import RESPONSE_PREFIX
 
 
 class ChainState(TypedDict):
@@ -21,7 +29,18 @@ def empty_state() -> ChainState:
     return {"active": None, "queue": []}
 
 
-def coerce_state(raw: Any) -> ChainState:
+def initial_state(key: str) -> ChainState:
+    """The state of a chain's lock before its first operation: held by the chain's root turn when the
+    chain is named by a response id (see the module docstring), else free. Once any operation ran, the
+    state is stored (a released lock is ``{"active": None, ...}``), so this never applies twice."""
+    return {"active": key if key.startswith(RESPONSE_PREFIX) else None, "queue": []}
+
+
+def coerce_state(raw: Any, key: str | None = None) -> ChainState:
+    """A well-formed state from what storage holds; ``None`` (no state yet) is the chain's initial state
+    when its ``key`` is given."""
+    if raw is None and key is not None:
+        return initial_state(key)
     if not isinstance(raw, dict):
         return empty_state()
     active = raw.get("active")

@@ -9,7 +9,7 @@ storage, never in orchestration history.
 Flow::
 
     [repair execution: inspect → already ended? finalize, leave the chain, stop]
-    [acquire chain lock → (queued: wait for lock_granted | cancel | recheck timer)]
+    [acquire chain lock → (queued: wait for lock_granted | cancel | recheck timer)]  (not a chain's root)
     run_phase(0, plans first) → … → run_phase(n-1, concludes) → [finalize unless concluded]
     → [release lock → wake next turn]
     → [store=false: (client_done | grace timer) → forget]
@@ -77,6 +77,11 @@ FORGET_AFTER_KEY = "forget_after_seconds"  # in the input of a store=false run: 
 # In the input of a chained turn whose create found no unfinished turn ahead of it: a lock held by another
 # turn then most likely belongs to a finished one whose orchestration died before releasing it.
 NOTHING_AHEAD_KEY = "nothing_ahead"
+# In the input of a stored root turn (its chain is named by its own id): the chain's lock starts out held by
+# it (``chainlock.initial_state``), so it takes no lock and its first episode schedules the first phase. An
+# input flag rather than a rule on the ids: an execution started before this rule existed replays its
+# ``acquire`` as it was recorded.
+OWNS_LOCK_KEY = "owns_lock"
 FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
@@ -331,7 +336,8 @@ class _Run:
 def response_orchestrator(context: Any) -> Generator[Any, Any, JsonDict]:
     """Drive one response phase by phase.
 
-    Input: ``{"response_id": str, "chain_id": str | None, "repair": int?, "forget_after_seconds": int?}``;
+    Input: ``{"response_id": str, "chain_id": str | None, "owns_lock": bool?, "nothing_ahead": bool?,
+    "repair": int?, "forget_after_seconds": int?}``;
     ``repair`` marks an execution started by the repair path over a Failed/Terminated/missing one (see
     :mod:`resilient.engine.repair`); ``forget_after_seconds`` marks a ``store=false`` run, which ends, however
     it ended, by deleting everything once its client is done with it (:func:`_forget`).
@@ -368,7 +374,7 @@ def _respond(run: _Run, args: JsonDict) -> Generator[Any, Any, JsonDict]:
             yield from run.leave_chain()
             return final
 
-    if run.lock is not None:
+    if run.lock is not None and not args.get(OWNS_LOCK_KEY):
         got = yield from run.take_lock(nothing_ahead=bool(args.get(NOTHING_AHEAD_KEY)))
         if got == "cancelled":
             # S4: leave the queue; the running turn is untouched. A grant that raced the cancel is

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine.activities import log_ended
-from resilient.engine.orchestrator import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY
+from resilient.engine.orchestrator import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
 from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
 
@@ -218,7 +218,10 @@ class Repairer:
         if count >= self.policy.max_repairs:
             return await self._give_up(record, found, count)
         chain_id = record.doc.get("chain_id")
-        payload = {"response_id": response_id, "chain_id": str(chain_id) if chain_id else None, "repair": count + 1}
+        payload: dict[str, Any] = {"response_id": response_id, "chain_id": str(chain_id) if chain_id else None,
+                                   "repair": count + 1}
+        if chain_id == response_id:  # a root turn holds its chain's lock from the start, as at its create
+            payload[OWNS_LOCK_KEY] = True
         if record.doc.get(FORGET_AFTER_KEY) is not None:  # a store=false run still deletes itself at its end
             payload[FORGET_AFTER_KEY] = record.doc[FORGET_AFTER_KEY]
         try:

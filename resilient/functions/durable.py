@@ -86,7 +86,8 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
 
     @bp.entity_trigger(context_name="context", entity_name=orchestrator.CHAIN_LOCK_ENTITY)
     def chain_lock(context: df.DurableEntityContext) -> None:
-        state = chainlock.coerce_state(context.get_state(chainlock.empty_state))
+        key = context.entity_key
+        state = chainlock.coerce_state(context.get_state(lambda: chainlock.initial_state(key)), key)
         new_state, answer = chainlock.apply(context.operation_name or "", state, context.get_input())
         context.set_state(new_state)
         context.set_result(answer)

@@ -173,7 +173,9 @@ class ResponsesService:
             self.storage.active.add(response_id, doc["created_at"]),  # watched by the repair path until final
         )
         run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
-        if chain_id is not None and chain_id != response_id and not turns_ahead:
+        if chain_id == response_id:
+            run_input[orch.OWNS_LOCK_KEY] = True  # a root turn: its chain's lock is its own from the start
+        elif chain_id is not None and not turns_ahead:
             run_input[orch.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
         if not request.store:  # in the row too: a repaired execution must still delete itself at its end
             run_input[orch.FORGET_AFTER_KEY] = doc[orch.FORGET_AFTER_KEY]

@@ -13,6 +13,7 @@ import pytest
 
 from resilient.agents.base import AgentRequest, Phase, PhaseContext
 from resilient.agents.research import ResearchAgent
+from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine
 from resilient.http.service import ResponsesService
 from resilient.protocol.errors import ApiError
@@ -59,11 +60,14 @@ async def test_every_stored_turn_takes_its_chain_lock(storage: Storage, settings
     service, runtime = _service(storage, settings)
     root = await _post(service, input="root")
     assert runtime.started[root["id"]]["chain_id"] == root["id"]
+    assert runtime.started[root["id"]][orch.OWNS_LOCK_KEY] is True  # its chain's lock starts out held by it
     follow = await _post(service, input="next", previous_response_id=root["id"])
     assert runtime.started[follow["id"]]["chain_id"] == root["id"]
     conv = _conv()
     turn = await _post(service, input="c", conversation=conv)
     assert runtime.started[turn["id"]]["chain_id"] == conv
+    for later in (follow, turn):  # a later turn, and a conversation's first turn, ask the entity
+        assert orch.OWNS_LOCK_KEY not in runtime.started[later["id"]]
 
 
 async def test_steering_off_busy_chain_is_409_conversation_locked(storage: Storage, settings: Settings) -> None:

@@ -150,7 +150,8 @@ async def test_a_finished_run_left_in_the_index_is_only_dropped(rig: Rig) -> Non
     verdict = await rig.repairer().check(rid)
     assert verdict.action == "finished"
     assert rid not in await _indexed(rig.storage)
-    assert [s for s in rig.durable.starts if s[0] == rid] == [(rid, {"response_id": rid, "chain_id": rid})]
+    assert [s for s in rig.durable.starts if s[0] == rid] == [
+        (rid, {"response_id": rid, "chain_id": rid, orch.OWNS_LOCK_KEY: True})]  # only the create's start
 
 
 async def test_a_deleted_response_leaves_the_index(rig: Rig) -> None:
@@ -183,7 +184,8 @@ async def test_a_dead_orchestration_resumes_from_its_last_checkpoint(rig: Rig, h
     interrupted = opened[-1] if opened[-1] not in closed else None  # phase 1, unless the machine is slow
     verdict = await rig.repairer().check(rid)
     assert verdict == Verdict(rid, "restarted", how)
-    assert rig.durable.starts[-1] == (rid, {"response_id": rid, "chain_id": rid, "repair": 1})
+    assert rig.durable.starts[-1] == (rid, {"response_id": rid, "chain_id": rid, "repair": 1,
+                                            orch.OWNS_LOCK_KEY: True})  # a root: its lock is its own
     assert await rig.durable.wait(rid, WAIT_S) == {"status": "completed"}
     events = await _events(rig.storage, rid)
     _check_log(events)

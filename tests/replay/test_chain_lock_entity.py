@@ -119,3 +119,28 @@ def test_state_survives_between_batches_like_the_host_persists_it(handle: Any) -
     restored.state, restored.exists = lock.state, lock.exists
     assert restored.run(("acquire", _rid("resp_b"))) == [{"state": "queued", "position": 1, "active": "resp_a"}]
     assert chainlock.coerce_state(json.loads(restored.state or "null")) == {"active": "resp_a", "queue": ["resp_b"]}
+
+
+def test_a_root_turns_chain_starts_held_by_the_root_and_a_conversation_starts_free(handle: Any) -> None:
+    """A chain named by a response id is its root's: the root never asks, and whatever reaches the entity
+    first (a later turn's ``acquire``, the root's own ``release``) finds the lock held by the root."""
+    root = Lock(handle, key="resp_root")
+    assert root.run(("get", None)) == [{"active": "resp_root", "queue": []}]
+    assert Lock(handle, key="conv_x").run(("get", None)) == [{"active": None, "queue": []}]
+
+    ahead = Lock(handle, key="resp_root")  # a next turn's acquire comes before the root has finished
+    assert ahead.run(("acquire", _rid("resp_next"))) == [
+        {"state": "queued", "position": 1, "active": "resp_root"}]
+    assert ahead.run(("release", _rid("resp_root"))) == [{"released": True, "next": "resp_next"}]
+    assert ahead.snapshot() == {"active": "resp_next", "queue": []}
+
+    after = Lock(handle, key="resp_root")  # the root's release comes first: the lock is free for good
+    assert after.run(("release", _rid("resp_root"))) == [{"released": True, "next": None}]
+    assert after.snapshot() == {"active": None, "queue": []}
+    assert after.run(("acquire", _rid("resp_next"))) == [{"state": "granted"}]
+
+
+def test_a_root_whose_turn_is_given_up_frees_its_chain_with_remove(handle: Any) -> None:
+    lock = Lock(handle, key="resp_root")
+    assert lock.run(("remove", _rid("resp_root"))) == [{"released": True, "next": None}]
+    assert lock.snapshot() == {"active": None, "queue": []}

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
+from resilient.engine import orchestrator as orch
 from tests.replay.harness import Replay, drive, orchestrator_handle
 
 RID = "resp_replaytest"
@@ -237,6 +238,24 @@ def test_chain_turn_acquires_runs_releases_and_wakes_the_next(handle: Any) -> No
                                        "entity:release", "wake_next_turn"]
     assert _activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
     assert episode.actions[0]["instanceId"] == "@chain_lock@conv_chain"
+
+
+def test_a_root_turn_owns_its_chains_lock_and_only_releases_it(handle: Any) -> None:
+    """A stored root turn's first episode schedules its first phase: no entity round trip before it."""
+    root = {"response_id": RID, "chain_id": RID, orch.OWNS_LOCK_KEY: True}
+    assert _names(Replay(handle, root).run().new_actions) == ["run_phase:0"]
+    episode = drive(Replay(handle, root), _locked({"state": "granted"}))
+    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response", "entity:release",
+                                       "wake_next_turn"]
+    assert episode.actions[3]["instanceId"] == f"@chain_lock@{RID}"
+
+
+def test_a_root_turn_started_without_the_flag_replays_its_acquire(handle: Any) -> None:
+    """An execution whose input lacks ``owns_lock`` (started before roots owned their locks, or by an
+    older create) takes the lock as its history recorded; the entity grants it to the root at once."""
+    replay = Replay(handle, {"response_id": RID, "chain_id": RID})
+    episode = drive(replay, _locked({"state": "granted"}))
+    assert _names(episode.actions)[:2] == ["entity:acquire", "run_phase:0"]
 
 
 def test_queued_turn_waits_for_the_grant_then_runs(handle: Any) -> None:

@@ -109,9 +109,12 @@ start() {
   choose_ports
   read -r BLOB QUEUE TABLE < "$PORTFILE"
   [ "$TEMPORARY" = 1 ] && touch "$DIR/temporary"
+  # Keep-alive 120 s (Azurite's default is 5 s): Azure Storage keeps idle connections open for minutes, so
+  # a client that calls it every few seconds (the Durable pollers, lease renewals) reuses its connections.
   node_modules/.bin/azurite --silent --skipApiVersionCheck --disableTelemetry --loose \
     --blobHost 127.0.0.1 --queueHost 127.0.0.1 --tableHost 127.0.0.1 \
     --blobPort "$BLOB" --queuePort "$QUEUE" --tablePort "$TABLE" \
+    --blobKeepAliveTimeout 120 --queueKeepAliveTimeout 120 --tableKeepAliveTimeout 120 \
     --location "$DATA" > "$LOG" 2>&1 &
   local pid=$!
   echo "$pid" > "$PIDFILE"

@@ -203,3 +203,30 @@ def test_a_streamed_call_read_whole_anyway_is_sent_here_and_its_answer_read() ->
         assert fallback.sent == [("https://account.table.core.windows.net/$batch", True)]
 
     _against(_no_content, use)
+
+
+def test_an_idle_connection_is_kept_as_long_as_the_server_says_it_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Keep-Alive: timeout=120`` (Azurite started by scripts/azurite.sh): a call 30 s after the last one
+    reuses the connection; 61 s after that (past 120 s less the margin, capped at .NET's pool idle timeout
+    of 60 s) a new one is opened. Without the hint the connection idles at most IDLE_SECONDS (Azurite's stock 5 s)."""
+    from tests.hostdouble.durable import transport as module
+
+    clock = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    hinted = b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\nKeep-Alive: timeout=120\r\nx-seen: %d\r\n\r\n"
+
+    async def keep_for_120(connection: int, number: int, writer: asyncio.StreamWriter) -> bool:
+        writer.write((hinted if connection == 1 else NO_CONTENT) % number)
+        return True
+
+    async def use(server: _Server, port: int, transport: LeanLoopbackTransport) -> None:
+        async def call() -> None:
+            assert (await transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/q"))).status_code == 204
+
+        await call()
+        for idle, connections in ((30.0, 1), (61.0, 2), (module.IDLE_SECONDS - 0.5, 2), (module.IDLE_SECONDS, 3)):
+            clock[0] += idle
+            await call()
+            assert (server.connections, transport.connections_opened) == (connections, connections), idle
+
+    _against(keep_for_120, use)

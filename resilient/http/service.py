@@ -166,10 +166,16 @@ class ResponsesService:
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
+        opening = [ev.response_created(response_object(draft, []))]
+        if chain_id is None or chain_id == response_id:
+            # No lock to wait for (a root turn owns its chain's, store=false takes none): nothing can come
+            # between its create and its run, so the log opens with ``response.in_progress`` too and the
+            # plan appends nothing (one append fewer per run; a queued turn gets it once its lock is granted).
+            opening.append(ev.response_in_progress(response_object(draft, [], status="in_progress")))
         _, record, writer, _ = await asyncio.gather(
             self.storage.items.put_input_items(response_id, items),
             self.storage.responses.create(response_id, "queued", doc),
-            self.storage.events.create(response_id, [ev.response_created(response_object(draft, []))]),
+            self.storage.events.create(response_id, opening),
             self.storage.active.add(response_id, doc["created_at"]),  # watched by the repair path until final
         )
         run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}

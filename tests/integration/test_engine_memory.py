@@ -220,3 +220,44 @@ async def test_a_cancel_right_after_the_create_still_stops_a_remembered_plan(sto
     await service.cancel(rid)  # the remembered row is now stale: its CAS loses and the plan sees the cancel
     assert await engine.plan(rid) == {"stop": "cancelled"}
     assert (await storage.responses.get(rid)).status == "cancelled"
+
+
+async def test_a_turn_with_no_lock_to_wait_for_opens_its_log_in_progress_and_its_plan_appends_nothing(
+        storage: Storage, settings: Settings) -> None:
+    """A root turn (its chain's lock is its own) cannot be queued, so the create writes
+    ``response.in_progress`` with ``response.created``; a turn on a conversation may wait for its lock, so
+    it gets ``response.in_progress`` from its plan, once it holds the lock."""
+    engine = Engine(storage, ResearchAgent(settings), settings)
+    service = ResponsesService(storage, NoDurable(), settings, on_created=engine.remember_created)
+
+    async def create(**extra: Any) -> str:
+        body = {"model": "m", "input": "Open at once.", "background": True,
+                "metadata": {"research_phases": "1", "words_per_phase": "3", "delta_delay_ms": "0"}, **extra}
+        return str((await service.create(json.dumps(body).encode())).body["id"])
+
+    async def kinds(rid: str) -> list[str]:
+        return [e["type"] for e in await _events(storage, rid)]
+
+    rid = await create()
+    assert await kinds(rid) == ["response.created", "response.in_progress"]
+    opened = (await _events(storage, rid))[1]
+    assert opened["response"]["status"] == "in_progress" and opened["sequence_number"] == 1
+    writer = storage.events.take_writer(rid)
+    assert writer is not None
+    appends = writer.storage_calls
+    storage.events.keep_writer(writer)
+    assert await engine.plan(rid) == {"phases": 1}
+    kept = storage.events.take_writer(rid)
+    assert kept is not None and kept.storage_calls == appends  # the plan appended nothing
+    storage.events.keep_writer(kept)
+    assert await kinds(rid) == ["response.created", "response.in_progress"]
+    await engine.run_phase(rid, 0, finalize=True)
+    events = await _events(storage, rid)
+    _assert_contiguous_and_valid(events)
+    assert [e["type"] for e in events].count("response.in_progress") == 1
+    assert events[-1]["type"] == "response.completed"
+
+    queued = await create(conversation="conv_" + "ab" * 8)
+    assert await kinds(queued) == ["response.created"]
+    await engine.plan(queued)
+    assert await kinds(queued) == ["response.created", "response.in_progress"]

@@ -86,8 +86,7 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
 
     @bp.entity_trigger(context_name="context", entity_name=orchestrator.CHAIN_LOCK_ENTITY)
     def chain_lock(context: df.DurableEntityContext) -> None:
-        key = context.entity_key
-        state = chainlock.coerce_state(context.get_state(lambda: chainlock.initial_state(key)), key)
+        state = chainlock.coerce_state(context.get_state(), context.entity_key)  # None: the initial state
         new_state, answer = chainlock.apply(context.operation_name or "", state, context.get_input())
         context.set_state(new_state)
         context.set_result(answer)

@@ -166,8 +166,9 @@ class ResponsesService:
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
+        owns_lock = chain_id == response_id  # a stored root turn: its chain's lock is its own from the start
         opening = [ev.response_created(response_object(draft, []))]
-        if chain_id is None or chain_id == response_id:
+        if chain_id is None or owns_lock:
             # No lock to wait for (a root turn owns its chain's, store=false takes none): nothing can come
             # between its create and its run, so the log opens with ``response.in_progress`` too and the
             # plan appends nothing (one append fewer per run; a queued turn gets it once its lock is granted).
@@ -179,8 +180,8 @@ class ResponsesService:
             self.storage.active.add(response_id, doc["created_at"]),  # watched by the repair path until final
         )
         run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
-        if chain_id == response_id:
-            run_input[orch.OWNS_LOCK_KEY] = True  # a root turn: its chain's lock is its own from the start
+        if owns_lock:
+            run_input[orch.OWNS_LOCK_KEY] = True
         elif chain_id is not None and not turns_ahead:
             run_input[orch.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
         if not request.store:  # in the row too: a repaired execution must still delete itself at its end

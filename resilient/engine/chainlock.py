@@ -36,10 +36,10 @@ def initial_state(key: str) -> ChainState:
     return {"active": key if key.startswith(RESPONSE_PREFIX) else None, "queue": []}
 
 
-def coerce_state(raw: Any, key: str | None = None) -> ChainState:
-    """A well-formed state from what storage holds; ``None`` (no state yet) is the chain's initial state
-    when its ``key`` is given."""
-    if raw is None and key is not None:
+def coerce_state(raw: Any, key: str) -> ChainState:
+    """A well-formed state from what storage holds for the chain ``key``; ``None`` (no state yet) is the
+    chain's initial state."""
+    if raw is None:
         return initial_state(key)
     if not isinstance(raw, dict):
         return empty_state()

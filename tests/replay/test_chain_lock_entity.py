@@ -118,7 +118,8 @@ def test_state_survives_between_batches_like_the_host_persists_it(handle: Any) -
     restored = Lock(handle)
     restored.state, restored.exists = lock.state, lock.exists
     assert restored.run(("acquire", _rid("resp_b"))) == [{"state": "queued", "position": 1, "active": "resp_a"}]
-    assert chainlock.coerce_state(json.loads(restored.state or "null")) == {"active": "resp_a", "queue": ["resp_b"]}
+    stored = json.loads(restored.state or "null")
+    assert chainlock.coerce_state(stored, restored.key) == {"active": "resp_a", "queue": ["resp_b"]}
 
 
 def test_a_root_turns_chain_starts_held_by_the_root_and_a_conversation_starts_free(handle: Any) -> None:

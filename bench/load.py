@@ -40,6 +40,7 @@ import math
 import os
 import secrets
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -222,6 +223,14 @@ async def poll(http: httpx.AsyncClient, run: Run, started: float, interval_s: fl
     raise TimeoutError(f"no terminal status after {run.polls} polls")
 
 
+def _cpu_seconds(proc: psutil.Process) -> float:
+    try:
+        times = proc.cpu_times()
+        return float(times.user + times.system)
+    except psutil.Error:
+        return math.nan
+
+
 # ---------------------------------------------------------------------------------------------- one response
 async def one_response(index: int, client: AsyncOpenAI, http: httpx.AsyncClient, args: argparse.Namespace,
                        gate: asyncio.Event) -> Run:
@@ -323,6 +332,8 @@ class Meter:
     host_cpu_s: float = math.nan
     worker_cpu_s: float = math.nan
     idle_cpu_ms_per_s: float = math.nan
+    window_s: float = 0.0  # --cpu-window: read every process's CPU this long after the POSTs start
+    window_cpu: dict[str, float] = field(default_factory=dict)
     _before: tuple[Any, float, float] | None = None
 
     def cpu(self) -> tuple[float, float]:
@@ -346,6 +357,35 @@ class Meter:
 
     def start(self) -> None:
         self._before = (self.storage.snapshot() if self.storage else None, *self.cpu())
+        if self.window_s > 0:
+            processes = self._window_processes()
+            before = {name: _cpu_seconds(proc) for name, proc in processes.items()}
+
+            def reading() -> None:
+                self.window_cpu = {name: round(_cpu_seconds(proc) - before[name], 2)
+                                   for name, proc in processes.items()}
+            timer = threading.Timer(self.window_s, reading)
+            timer.daemon = True
+            timer.start()
+
+    def _window_processes(self) -> dict[str, psutil.Process]:
+        """Who shares the machine during the load: Azurite, the double's platform, host and worker processes
+        (spawned double only), and this benchmark with its clients."""
+        found: dict[str, psutil.Process] = {"this benchmark": psutil.Process()}
+        for proc in psutil.process_iter(["cmdline"]):
+            if any("azurite" in part for part in (proc.info.get("cmdline") or [])[:2]):
+                found["Azurite"] = proc
+                break
+        for name, pid in (("host", self.host_pid), ("worker", self.worker_pid)):
+            if pid is not None:
+                with contextlib.suppress(psutil.Error):
+                    found[name] = psutil.Process(pid)
+        if "host" in found:
+            with contextlib.suppress(psutil.Error):
+                parent = found["host"].parent()
+                if parent is not None and parent.pid != os.getpid():
+                    found["platform"] = parent
+        return found
 
     def stop(self) -> None:
         if self._before is None:
@@ -456,6 +496,11 @@ def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: s
     print(f"  server CPU           worker {server['worker_cpu_ms_per_event']} ms/event, "
           f"host {server['host_cpu_ms_per_event']} ms/event (events written: {events_written}); "
           f"idle before the load {server['idle_cpu_ms_per_s']} ms/s")
+    if meter.window_cpu:
+        shares = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in
+                           sorted(meter.window_cpu.items(), key=lambda kv: -kv[1]))
+        print(f"  CPU in the first {meter.window_s:g} s  {shares} "
+              f"(of {meter.window_s * (os.cpu_count() or 1):g} s on {os.cpu_count()} cores)")
     if "storage" in summary:
         st = summary["storage"]
         print(f"  storage calls        {st['calls']} in the measured window: {st['calls_per_delta']} per delta "
@@ -514,6 +559,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(the only way the reference SDK streams a background response)")
     parser.add_argument("--lenient", action="store_true",
                         help="the openai client without strict response validation (for the reference SDK)")
+    parser.add_argument("--cpu-window", type=float, default=0.0,
+                        help="also print each process's CPU in the first N s after the POSTs start: Azurite, "
+                             "the spawned double's processes, this benchmark (0: off)")
     parser.add_argument("--json", type=Path, help="also write the summary here")
     parser.add_argument("--double-log", type=Path, help="keep the spawned host double's log here")
     parser.add_argument("--keep-data", action="store_true", help="keep this run's tables and containers")
@@ -533,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
     prefix = "l" + secrets.token_hex(4)
-    meter = Meter()
+    meter = Meter(window_s=args.cpu_window)
     with contextlib.ExitStack() as stack:
         if args.url:
             base_url = loopback_url(args.url)

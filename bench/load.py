@@ -341,8 +341,7 @@ class Meter:
             if pid is None:
                 return math.nan
             try:
-                times = psutil.Process(pid).cpu_times()
-                return float(times.user + times.system)
+                return _cpu_seconds(psutil.Process(pid))
             except psutil.Error:
                 return math.nan
         return of(self.host_pid), of(self.worker_pid)
@@ -464,6 +463,8 @@ def report(runs: list[Run], wall_s: float, args: argparse.Namespace, base_url: s
         "worker_cpu_s": round(meter.worker_cpu_s, 2),
         "host_cpu_s": round(meter.host_cpu_s, 2),
     }
+    if meter.window_cpu:
+        summary["cpu_window"] = {"seconds": meter.window_s, "cpu_s": meter.window_cpu}
     if meter.storage is not None:
         summary["storage"] = {
             "calls": calls,

@@ -25,7 +25,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,6 +33,7 @@ from counting_proxy import CountingProxy
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, open_storage
+from tests.integration.conftest import NoDurable
 
 BODY = json.dumps({
     "model": "bench", "input": "Load test question number 3: what keeps a stream complete?", "background": True,
@@ -41,21 +41,11 @@ BODY = json.dumps({
 }).encode()
 
 
-class StartsNothing:
-    """The Durable port of the service, with the orchestration start left out (see the module docstring)."""
-
-    async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
-        return None
-
-    async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
-        return None
-
-
 async def _service(connection: str) -> tuple[ResponsesService, Storage]:
     settings = Settings.from_env({"AzureWebJobsStorage": connection,
                                   "RESILIENT_STORAGE_PREFIX": "cc" + secrets.token_hex(3)})
     storage = await open_storage(settings)
-    return ResponsesService(storage, StartsNothing(), settings), storage
+    return ResponsesService(storage, NoDurable(), settings), storage  # NoDurable starts nothing (see above)
 
 
 async def _timed(service: ResponsesService, creates: int, concurrent: int) -> tuple[float, float]:

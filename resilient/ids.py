@@ -20,6 +20,7 @@ CALL_PREFIX = "call_"
 APPROVAL_REQUEST_PREFIX = "mcpr_"
 FUNCTION_OUTPUT_PREFIX = "fco_"
 APPROVAL_RESPONSE_PREFIX = "mcpa_"
+MCP_CALL_PREFIX = "mcp_"
 
 
 class InvalidId(ValueError):
@@ -70,6 +71,10 @@ def new_call_id() -> str:
 
 def new_approval_request_id() -> str:
     return _random_id(APPROVAL_REQUEST_PREFIX)
+
+
+def new_mcp_call_id() -> str:
+    return _random_id(MCP_CALL_PREFIX)
 
 
 def new_input_item_id(item_type: str) -> str:

@@ -17,6 +17,18 @@ Besides text (``str``), a phase may yield:
   with an ``mcp_approval_request`` item, and the plan waits in storage. When the next turn approves, this
   same phase runs again with :attr:`PhaseContext.approval` set; when it denies, no further phase runs.
 * :class:`Usage`: the model's token counts for this phase (added up into the response's ``usage``).
+* :class:`ToolRun`: a tool the agent ran itself (server side) and its result: an ``mcp_call`` output item.
+  Part of this step's checkpoint, so a finished step's tool calls are never run again.
+* :class:`SaveState`: JSON state to keep with this step's checkpoint (an agent's conversation, a workflow
+  checkpoint id, the author's own metadata). The next step gets it as :attr:`PhaseContext.state`, and so
+  does the first step of the chain's next turn.
+* :class:`NextStep`: another step follows this one. An agent whose ``open_plan`` is true decides its
+  steps as it goes: its plan names one phase, and each step that yields ``NextStep`` gets a successor.
+
+Steps decided at run time: set ``open_plan = True`` on the agent. A *step* is then what the agent
+completes as it goes (one model call and the tools it asked for); each finished step is checkpointed with
+its items and state, and after a crash only the step in flight runs again. An agent that must not run
+again after a crash sets ``resumable = False``: the run then fails with a message saying so.
 
 Errors: raise :class:`TransientAgentError` (with ``retry_after``) for a failure worth retrying later (a
 rate limit, a dropped connection) and :class:`PermanentAgentError` for one that retrying cannot fix (bad
@@ -105,7 +117,31 @@ class ToolOutput:
     output: str
 
 
-type PhaseOutput = str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage
+@dataclass(frozen=True)
+class ToolRun:
+    """A tool the agent ran on the server, with its result (an ``mcp_call`` output item). ``error`` set:
+    the tool failed and the model was told so. ``arguments`` is a JSON object text."""
+
+    name: str
+    arguments: str
+    output: str | None
+    error: str | None = None
+    server_label: str = "agent"
+
+
+@dataclass(frozen=True)
+class SaveState:
+    """JSON state to checkpoint with this step (see the module docstring). The last one yielded wins."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """Another step follows this one (agents with ``open_plan``)."""
+
+
+type PhaseOutput = str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage | ToolRun | SaveState | NextStep
 
 
 class AgentError(Exception):
@@ -209,6 +245,17 @@ class PhaseContext:
     delta_delay_seconds: float = 0.0
     approval: Approval | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    # The state the previous step saved (:class:`SaveState`); in a turn's first step, the state the chain's
+    # previous turn ended with. None when there is none.
+    state: Any = None
+    # This turn was queued behind a running turn of its chain and that turn was told to finish early.
+    is_steered_turn: bool = False
+    # The chain this turn belongs to (its conversation, or the first response of a previous_response_id
+    # chain); None for a turn with no chain (store=false).
+    conversation_chain_id: str | None = None
+    # Live, like ``cancelled``: the worker is shutting down (the host drains it). The step should stop at
+    # once; it runs again elsewhere. Distinct from a cancel, which ends the run.
+    shutting_down: bool = False
 
     @property
     def phase(self) -> Phase:
@@ -222,9 +269,18 @@ class PhaseContext:
     def previous_texts(self) -> list[str]:
         return [_item_text(item) for item in self.output_so_far]
 
+    def idempotency_key(self, position: int) -> str:
+        """A key for the ``position``-th side effect this step starts, the same on every attempt of this
+        step (a crash repeats the step in flight): hand it to the service the side effect calls."""
+        return f"{self.request.response_id}/step-{self.phase_index}/{position}"
+
 
 class Agent(Protocol):
-    """Implement these two methods; see ``resilient/agents/research.py`` for a complete example."""
+    """Implement these two methods; see ``resilient/agents/research.py`` for a complete example.
+
+    Optional attributes the engine reads: ``open_plan`` (bool, default False: steps decided at run time,
+    see the module docstring) and ``resumable`` (bool, default True: False fails a crashed run instead
+    of running its step again)."""
 
     async def plan(self, request: AgentRequest) -> Sequence[Phase]:
         """Return the phases of this turn (1..50). Called once per turn; the plan is persisted."""

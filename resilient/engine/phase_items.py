@@ -16,13 +16,29 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from resilient.agents.base import ApprovalRequest, FunctionCall, FunctionCallDelta, PhaseOutput, Usage
-from resilient.ids import new_approval_request_id, new_call_id, new_function_call_id, new_message_id
+from resilient.agents.base import (
+    ApprovalRequest,
+    FunctionCall,
+    FunctionCallDelta,
+    NextStep,
+    PhaseOutput,
+    SaveState,
+    ToolRun,
+    Usage,
+)
+from resilient.ids import (
+    new_approval_request_id,
+    new_call_id,
+    new_function_call_id,
+    new_mcp_call_id,
+    new_message_id,
+)
 from resilient.protocol import events as ev
 from resilient.protocol.items import (
     ItemStatus,
     approval_request_item,
     function_call_item,
+    mcp_call_item,
     output_message,
 )
 from resilient.storage.ports import JsonDict
@@ -55,6 +71,8 @@ class PhaseItems:
         self.items: list[JsonDict] = []
         self.usage: list[Usage] = []
         self.approval: JsonDict | None = None
+        self.state: SaveState | None = None  # the last state the step asked to keep
+        self.more = False  # the step said another step follows (NextStep)
 
     # ------------------------------------------------------------------ feeding
     def feed(self, output: PhaseOutput) -> list[JsonDict]:
@@ -64,6 +82,20 @@ class PhaseItems:
         if isinstance(output, Usage):
             self.usage.append(output)
             return []
+        if isinstance(output, SaveState):
+            self.state = output
+            return []
+        if isinstance(output, NextStep):
+            self.more = True
+            return []
+        if isinstance(output, ToolRun):
+            events = self._close_open("completed")
+            _check_json_object(output.arguments or "{}", f"arguments of tool {output.name!r}")
+            item = mcp_call_item(new_mcp_call_id(), output.name, output.arguments or "{}", output.server_label,
+                                 output.output, output.error)
+            index = self._take_index()
+            self.items.append(item)
+            return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
         if isinstance(output, FunctionCall):
             events = self._close_open("completed")
             events += self._open_call(output.name, None)
@@ -86,8 +118,8 @@ class PhaseItems:
             self.items.append(item)
             self.approval = item
             return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
-        raise AgentOutputError(f"a phase may yield str, FunctionCall, FunctionCallDelta, ApprovalRequest or "
-                               f"Usage, not {type(output).__name__}")
+        raise AgentOutputError(f"a phase may yield str, FunctionCall, FunctionCallDelta, ApprovalRequest, Usage, "
+                               f"ToolRun, SaveState or NextStep, not {type(output).__name__}")
 
     def close(self, status: ItemStatus, *, ensure_item: bool) -> list[JsonDict]:
         """Close the open item with ``status``. ``ensure_item``: a phase that yielded nothing still gets

@@ -169,6 +169,8 @@ def item_opening_events(output_index: int, item: dict[str, Any]) -> list[dict[st
         return [output_item_added(output_index, opened)]
     if kind == "mcp_approval_request":
         return [output_item_added(output_index, item)]
+    if kind == "mcp_call":
+        return [output_item_added(output_index, {**item, "output": None, "error": None, "status": "in_progress"})]
     raise ValueError(f"cannot stream an item of type {kind!r}")
 
 
@@ -182,7 +184,7 @@ def item_closing_events(output_index: int, item: dict[str, Any]) -> list[dict[st
             function_call_arguments_done(str(item["id"]), output_index, str(item["arguments"])),
             output_item_done(output_index, item),
         ]
-    if kind == "mcp_approval_request":
+    if kind in ("mcp_approval_request", "mcp_call"):
         return [output_item_done(output_index, item)]
     raise ValueError(f"cannot stream an item of type {kind!r}")
 

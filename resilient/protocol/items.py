@@ -83,6 +83,23 @@ def approval_request_item(item_id: str, name: str, arguments: str, server_label:
     }
 
 
+def mcp_call_item(item_id: str, name: str, arguments: str, server_label: str, output: str | None,
+                  error: str | None) -> dict[str, Any]:
+    """An ``mcp_call`` output item (``McpCall``): a tool the agent ran on the server, with its result.
+    OpenAI's shape for a hosted tool call; ``error`` is the text of a failed call."""
+    item: dict[str, Any] = {
+        "id": item_id,
+        "type": "mcp_call",
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+        "output": output,
+        "error": error,
+        "status": "failed" if error is not None else "completed",
+    }
+    return item
+
+
 def function_call_output_item(item_id: str, call_id: str, output: str | list[dict[str, Any]]) -> dict[str, Any]:
     """A stored ``function_call_output`` input item (``ResponseFunctionToolCallOutputItem``)."""
     return {

@@ -11,6 +11,7 @@ Flow::
     [repair execution: inspect → already ended? finalize, leave the chain, stop]
     [acquire chain lock → (queued: wait for lock_granted | cancel | recheck timer)]  (not a chain's root)
     run_phase(0, plans first) → … → run_phase(n-1, concludes) → [finalize unless concluded]
+        (an open plan: every step may conclude; each result says how many steps there are so far)
     → [release lock → wake next turn]
     → [store=false: (client_done | grace timer) → forget]
 
@@ -83,6 +84,7 @@ NOTHING_AHEAD_KEY = "nothing_ahead"
 # ``acquire`` as it was recorded.
 OWNS_LOCK_KEY = "owns_lock"
 FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
+OPEN_KEY = "open"  # in a run_phase result: the plan is open (steps decided at run time; each may be the last)
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
@@ -318,12 +320,19 @@ class _Run:
             result = yield from self.run_phase(0, plan=True)
             if result.get("stop"):
                 return outcome_of_stop(result)
+            # ``phases`` is re-read from every result: an agent that decides its steps as it goes (an open
+            # plan, ``open``) answers ``index + 2`` while another step follows. A fixed plan answers the
+            # same count every time, so a history recorded before open plans replays the same way.
             phases = int(result["phases"])
-            for index in range(1, phases):
+            is_open = bool(result.get(OPEN_KEY))
+            index = 1
+            while index < phases:
                 self.context.set_custom_status({"response_id": rid, "phase": index, "phases": phases})
-                result = yield from self.run_phase(index, last=index == phases - 1)
+                result = yield from self.run_phase(index, last=is_open or index == phases - 1)
                 if result.get("stop"):
                     return outcome_of_stop(result)
+                phases = int(result.get("phases", phases))
+                index += 1
         except WorkerLost as error:
             return _failure(str(error))
         except Exception as error:  # an activity failed after its retries

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ class Behaviour:
     headers: dict[str, str] = field(default_factory=dict)
     message: str = ""
     delay: float = 0.0
+    call_id: str = "call_fake"
 
 
 @dataclass
@@ -64,6 +65,9 @@ class FakeModel:
     def __init__(self) -> None:
         self.port = free_port()
         self.script: deque[Behaviour] = deque()
+        # Asked for a request's behaviour when the script is empty: a model that decides from the messages
+        # (an agent's tool loop) rather than from the order of requests, so a repeated step gets the same answer.
+        self.responder: Callable[[dict[str, Any]], Behaviour] | None = None
         self.requests: list[Seen] = []
         self.token_requests: list[dict[str, str]] = []
         self.closed_early: list[int] = []  # chunks sent before a client hung up on a slow stream
@@ -95,7 +99,10 @@ class FakeModel:
         async def chat(request: Request) -> Any:
             body = await request.json()
             self.requests.append(Seen(request.url.path, dict(request.headers), body))
-            behaviour = self.script.popleft() if self.script else Behaviour()
+            if self.script:
+                behaviour = self.script.popleft()
+            else:
+                behaviour = self.responder(body) if self.responder is not None else Behaviour()
             if behaviour.kind == "status":
                 error = {"error": {"message": behaviour.message or f"status {behaviour.status}",
                                    "type": "invalid_request_error", "code": str(behaviour.status), "param": None}}
@@ -114,7 +121,7 @@ class FakeModel:
         try:
             if behaviour.kind == "tool_call":
                 yield _chunk(model, {"role": "assistant", "tool_calls": [
-                    {"index": 0, "id": "call_fake", "type": "function",
+                    {"index": 0, "id": behaviour.call_id, "type": "function",
                      "function": {"name": behaviour.tool, "arguments": ""}}]})
                 for fragment in behaviour.chunks:
                     yield _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]})

@@ -1,0 +1,72 @@
+"""Building the agent's request for a run: its input items, its chain's history and the row's settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from resilient.agents.base import AgentRequest
+from resilient.storage.errors import NotFound
+from resilient.storage.ports import JsonDict, ResponseRecord
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
+
+MAX_HISTORY_TURNS = 50
+
+
+async def agent_request(storage: Storage, record: ResponseRecord) -> AgentRequest:
+    items = await all_input_items(storage, record.response_id)
+    earlier = await history(storage, record)
+    return request_from(record, items, earlier)
+
+
+def request_from(record: ResponseRecord, items: list[JsonDict], history: list[JsonDict]) -> AgentRequest:
+    return AgentRequest(
+        response_id=record.response_id,
+        model=str(record.doc.get("model") or ""),
+        instructions=record.doc.get("instructions"),
+        input_items=items,
+        history=history,
+        metadata=dict(record.doc.get("agent_metadata") or record.doc.get("metadata") or {}),
+        tools=list(record.doc.get("tools") or []),
+        tool_choice=record.doc.get("tool_choice") or "auto",
+    )
+
+
+async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:
+    out: list[JsonDict] = []
+    after: str | None = None
+    while True:
+        page = await storage.items.list_input_items(response_id, after=after, limit=100, order="asc")
+        out += page.data
+        if not page.has_more or not page.data:
+            return out
+        after = str(page.data[-1]["id"])
+
+
+async def history(storage: Storage, record: ResponseRecord) -> list[JsonDict]:
+    """The chain's earlier turns, oldest first: each turn's input items then its output items."""
+    turns: list[Sequence[JsonDict]] = []
+    previous = previous_turn(record)
+    for _ in range(MAX_HISTORY_TURNS):
+        if not previous:
+            break
+        try:
+            earlier = await storage.responses.get(str(previous))
+        except NotFound:
+            break
+        turn = await all_input_items(storage, earlier.response_id)
+        turn += await storage.items.list_output_items(earlier.response_id)
+        turns.append(turn)
+        previous = previous_turn(earlier)
+    found: list[JsonDict] = []
+    for earlier_turn in reversed(turns):
+        found += list(earlier_turn)
+    return found
+
+
+def previous_turn(record: ResponseRecord) -> str | None:
+    """The turn before this one on its chain (conversation or previous_response_id), if any."""
+    found = record.doc.get("previous_turn") or record.doc.get("previous_response_id")
+    return str(found) if found else None

@@ -176,6 +176,8 @@ class AgentRequest:
     metadata: dict[str, str]
     tools: Sequence[dict[str, Any]] = ()
     tool_choice: str | dict[str, Any] = "auto"
+    # The state the chain's previous turn ended with (its last :class:`SaveState`), if any.
+    previous_state: Any = None
 
     def question(self) -> str:
         """The text of the last user message (what the turn is about). A turn that only answers a tool
@@ -259,7 +261,8 @@ class PhaseContext:
 
     @property
     def phase(self) -> Phase:
-        return self.plan[self.phase_index]
+        """This phase of the plan (an open plan names one phase that every step runs)."""
+        return self.plan[min(self.phase_index, len(self.plan) - 1)]
 
     @property
     def should_stop(self) -> bool:

@@ -88,6 +88,12 @@ class ResearchAgent:
     def uses_model(self) -> bool:
         return bool(self._settings.azure_openai_endpoint and self._settings.azure_openai_deployment)
 
+    @property
+    def estimates_usage(self) -> bool:
+        """Offline there is no model to count tokens: the response's ``usage`` is an estimate (about four
+        characters a token). With a model, only what the model reports is counted."""
+        return not self.uses_model
+
     async def plan(self, request: AgentRequest) -> Sequence[Phase]:
         tool = request.offered_tool()
         if not self.uses_model and tool is not None and not request.tool_outputs():

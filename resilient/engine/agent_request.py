@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import AgentRequest
 from resilient.storage.errors import NotFound
@@ -13,15 +13,18 @@ if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
 MAX_HISTORY_TURNS = 50
+STATE_KEY = "agent_state"  # in a row's document: the last state the turn's agent saved (SaveState)
 
 
 async def agent_request(storage: Storage, record: ResponseRecord) -> AgentRequest:
     items = await all_input_items(storage, record.response_id)
-    earlier = await history(storage, record)
-    return request_from(record, items, earlier)
+    state: list[Any] = []
+    earlier = await history(storage, record, state)
+    return request_from(record, items, earlier, state[0] if state else None)
 
 
-def request_from(record: ResponseRecord, items: list[JsonDict], history: list[JsonDict]) -> AgentRequest:
+def request_from(record: ResponseRecord, items: list[JsonDict], history: list[JsonDict],
+                 previous_state: Any = None) -> AgentRequest:
     return AgentRequest(
         response_id=record.response_id,
         model=str(record.doc.get("model") or ""),
@@ -31,6 +34,7 @@ def request_from(record: ResponseRecord, items: list[JsonDict], history: list[Js
         metadata=dict(record.doc.get("agent_metadata") or record.doc.get("metadata") or {}),
         tools=list(record.doc.get("tools") or []),
         tool_choice=record.doc.get("tool_choice") or "auto",
+        previous_state=previous_state,
     )
 
 
@@ -45,8 +49,9 @@ async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:
         after = str(page.data[-1]["id"])
 
 
-async def history(storage: Storage, record: ResponseRecord) -> list[JsonDict]:
-    """The chain's earlier turns, oldest first: each turn's input items then its output items."""
+async def history(storage: Storage, record: ResponseRecord, state: list[Any] | None = None) -> list[JsonDict]:
+    """The chain's earlier turns, oldest first: each turn's input items then its output items. ``state``,
+    when given, receives the agent state the previous turn ended with (when it saved one)."""
     turns: list[Sequence[JsonDict]] = []
     previous = previous_turn(record)
     for _ in range(MAX_HISTORY_TURNS):
@@ -56,6 +61,8 @@ async def history(storage: Storage, record: ResponseRecord) -> list[JsonDict]:
             earlier = await storage.responses.get(str(previous))
         except NotFound:
             break
+        if state is not None and not turns and earlier.doc.get(STATE_KEY) is not None:
+            state.append(earlier.doc[STATE_KEY])
         turn = await all_input_items(storage, earlier.response_id)
         turn += await storage.items.list_output_items(earlier.response_id)
         turns.append(turn)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("resilient.engine")
 
 CONCLUDE_ATTEMPTS = 50
+ESTIMATED_USAGE_KEY = "usage_estimated"  # in a row's document: the agent has no model to count tokens
 
 
 async def finalize(storage: Storage, runs: RunMemory, response_id: str, outcome: JsonDict,
@@ -149,9 +150,10 @@ async def conclude(storage: Storage, response_id: str, output: Sequence[JsonDict
         f"response {response_id!r}: the terminal transition kept losing the CAS"))
 
 
-def usage(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:
-    """The model's own token counts, added up over the phases, when an agent reported them; an
-    estimate (about four characters a token) when none did (the offline agent)."""
+def usage(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict | None:
+    """The model's own token counts, added up over the phases, when an agent reported them. None when no
+    model reported any: a count nobody made is not presented as the model's. An agent with no model that
+    says so (``estimates_usage``, the offline sample) gets an estimate of about four characters a token."""
     reported = [v for k, v in record.doc.items() if k.startswith("usage_") and isinstance(v, dict)]
     if reported:
         return usage_for(
@@ -160,6 +162,8 @@ def usage(record: ResponseRecord, output: Sequence[JsonDict]) -> JsonDict:
             cached_tokens=sum(int(u.get("cached_tokens", 0)) for u in reported),
             reasoning_tokens=sum(int(u.get("reasoning_tokens", 0)) for u in reported),
         )
+    if not record.doc.get(ESTIMATED_USAGE_KEY):
+        return None
     estimated_input = estimate_tokens(str(record.doc.get("instructions") or "")) + int(
         record.doc.get("input_chars", 0)) // 4
     return usage_for(estimated_input, sum(estimate_tokens(text_of(i)) for i in output))

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from resilient.agents.base import Agent, Approval, Phase, PhaseContext, PhaseOutput, TransientAgentError
-from resilient.engine import recovery
-from resilient.engine.agent_request import agent_request
+from resilient.engine import recovery, steps
+from resilient.engine.agent_request import STATE_KEY, agent_request
 from resilient.engine.batching import Appender, Tuning, expect_next_activity
 from resilient.engine.claim import Claim, Superseded, head
 from resilient.engine.liveness import Liveness, behind_live_writer
@@ -47,7 +47,12 @@ NON_BACKGROUND_CRASH_MESSAGE = (
     "The worker running this response stopped. Non-background responses are not re-run; "
     "use background=true for crash-resilient runs."
 )
+NOT_RESUMABLE_MESSAGE = (
+    "The worker running this response stopped during step {index}, and this agent is not resumable (its "
+    "steps must not run twice): the run was interrupted and not continued."
+)
 DEFAULT_RETRY_AFTER_SECONDS = 2.0
+STEERING_KEY = "steering"  # in a row's document: this turn was queued behind a running turn it steered
 
 
 class PhaseParts(Protocol):
@@ -86,13 +91,17 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         request = None
     plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
     offset = int(record.doc.get("phase_offset", 0))
-    if not 0 <= offset + index < len(plan):
+    is_open = steps.is_open(record.doc)
+    if is_open and not 0 <= index < steps.MAX_STEPS:
+        return {"index": index, "stop": "failed", "error": {
+            "code": "server_error", "message": steps.TOO_MANY_STEPS_MESSAGE.format(limit=steps.MAX_STEPS)}}
+    if not is_open and not 0 <= offset + index < len(plan):
         raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
-    phases = len(plan) - offset  # this turn's phases
+    phases = steps.known(record.doc, index) if is_open else len(plan) - offset  # this turn's phases so far
 
     if len(checkpoints) > index:  # a re-delivery of a finished phase: return it, stream nothing
-        return summary(index, checkpoints[index:], control.cancel_requested, control.pending_input_count,
-                       phases=phases)
+        return steps.mark(summary(index, checkpoints[index:], control.cancel_requested,
+                                  control.pending_input_count, phases=phases), is_open)
     if control.status in TERMINAL_STATUSES or control.cancel_requested:
         return {"index": index, "stop": "cancelled"}
     if control.pending_input_count > 0:
@@ -117,8 +126,18 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         log.warning("non-background crash", extra={"response_id": response_id, "phase": index})
         return {"index": index, "stop": "failed",
                 "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
+    if crashed and not getattr(parts.agent, "resumable", True):
+        log.warning("crash of an agent that is not resumable", extra={"response_id": response_id, "phase": index})
+        return {"index": index, "stop": "failed",
+                "error": {"code": "server_error", "message": NOT_RESUMABLE_MESSAGE.format(index=index)}}
 
     request = request or await agent_request(storage, record)
+    if index == 0:
+        state = request.previous_state
+    elif remembered is not None:
+        state = remembered[0].state
+    else:
+        state = record.doc.get(STATE_KEY)
     context = PhaseContext(
         request=request,
         plan=plan,
@@ -128,6 +147,9 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         pending_input_count=control.pending_input_count,
         cancelled=control.cancel_requested,
         approval=approval_for(record.doc, offset + index),
+        state=state,
+        is_steered_turn=bool(record.doc.get(STEERING_KEY)),
+        conversation_chain_id=record.doc.get("chain_id"),
     )
     items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
     claim = Claim(storage, parts.liveness, record, index, writer, head_events, first_index, previous, items,
@@ -157,14 +179,15 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         else:
             await claim.append(closing)  # the agent said nothing: the closing events claim the log
         expect_next_activity(response_id)
-    await record_phase(storage, record, offset + index, items)
+    await record_phase(storage, record, offset + index, items, step=index if is_open else None)
     if len(items.items) == 1:
         await storage.items.put_output_item(response_id, index, items.items[0])
     else:
         await storage.items.put_output_items(response_id, index, items.items)
     storage.events.keep_writer(claim.writer)
     output = [*previous, *items.items]
-    parts.runs.remember(RunMemo(record, request, output))
+    kept = items.state.value if items.state is not None else (state if index > 0 else None)
+    parts.runs.remember(RunMemo(record, request, output, kept))
     if written is not None:
         written.extend(output)
     log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
@@ -175,8 +198,10 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         seconds = parts.settings.phase_deadline_seconds or 0.0
         return {"index": index, "stop": "failed", "error": {
             "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=index, seconds=seconds)}}
-    return summary(index, items.items, context.cancelled, context.pending_input_count, stopped=stopped,
-                   phases=phases)
+    if is_open:
+        phases = index + (2 if items.more else 1)
+    return steps.mark(summary(index, items.items, context.cancelled, context.pending_input_count,
+                              stopped=stopped, phases=phases), is_open)
 
 
 def as_remembered(storage: Storage, runs: RunMemory, response_id: str,
@@ -217,10 +242,17 @@ async def failed_attempt(
     return {"index": index, "stop": "failed", "error": error}
 
 
-async def record_phase(storage: Storage, record: ResponseRecord, phase: int, items: PhaseItems) -> None:
-    """Before the checkpoint: the model's token counts of this phase, and where a plan paused. Keyed
-    by phase, so a phase that runs again overwrites instead of counting twice."""
+async def record_phase(storage: Storage, record: ResponseRecord, phase: int, items: PhaseItems,
+                       step: int | None = None) -> None:
+    """Before the checkpoint: the model's token counts of this phase, where a plan paused, the agent's
+    state and (an open plan, ``step``) whether another step follows. Keyed by phase, or overwritten, so a
+    phase that runs again does not count twice; written before the checkpoint, so a finished step always
+    has them."""
     changes: JsonDict = {}
+    if items.state is not None:
+        changes[STATE_KEY] = items.state.value
+    if step is not None:
+        changes[steps.STEPS_KEY] = steps.record(step, items.more)
     if items.usage:
         changes[f"usage_{phase}"] = {
             "input_tokens": sum(u.input_tokens for u in items.usage),

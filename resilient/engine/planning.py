@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 from resilient.agents.base import Agent, Phase
 from resilient.engine.agent_request import agent_request
 from resilient.engine.batching import expect_next_activity
+from resilient.engine.conclude import ESTIMATED_USAGE_KEY
 from resilient.engine.logtail import append_at_end
 from resilient.engine.runmemo import RunMemo, RunMemory
 from resilient.engine.snapshot import response_object
+from resilient.engine.steps import OPEN_PLAN_KEY
 from resilient.protocol import events as ev
 from resilient.storage.errors import InvalidTransition
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
@@ -44,8 +46,8 @@ async def plan(storage: Storage, agent: Agent, runs: RunMemory, response_id: str
         await settle_cancel(response_id)
         return {"stop": "cancelled"}
     request = memo.request if memo is not None else None
-    changes: JsonDict = {key: record.doc[key] for key in ("plan", "phase_offset", "agent_metadata")
-                         if key in record.doc}
+    kept = ("plan", "phase_offset", "agent_metadata", OPEN_PLAN_KEY, ESTIMATED_USAGE_KEY)
+    changes: JsonDict = {key: record.doc[key] for key in kept if key in record.doc}
     if "plan" not in changes:
         changes = await resumed_plan(storage, record) if record.doc.get("resume") else {}
     if "plan" not in changes:
@@ -54,6 +56,10 @@ async def plan(storage: Storage, agent: Agent, runs: RunMemory, response_id: str
         if not 1 <= len(phases) <= MAX_PHASES:
             raise ValueError(f"an agent plan must have 1..{MAX_PHASES} phases, got {len(phases)}")
         changes = {"plan": [p.to_json() for p in phases], "phase_offset": 0}
+        if getattr(agent, "open_plan", False):
+            changes[OPEN_PLAN_KEY] = True
+        if getattr(agent, "estimates_usage", False):
+            changes[ESTIMATED_USAGE_KEY] = True
     planned = changes["plan"][int(changes.get("phase_offset", 0)):]
     try:
         record = await responses.transition(
@@ -86,10 +92,18 @@ async def resumed_plan(storage: Storage, record: ResponseRecord) -> JsonDict:
     pause = paused.doc.get("paused") or {}
     metadata = {**(paused.doc.get("agent_metadata") or paused.doc.get("metadata") or {}),
                 **(record.doc.get("metadata") or {})}
+    if paused.doc.get(ESTIMATED_USAGE_KEY):
+        metadata_only: JsonDict = {ESTIMATED_USAGE_KEY: True}
+    else:
+        metadata_only = {}
     if resume.get("approve"):
-        return {"plan": paused.doc["plan"], "phase_offset": int(pause["phase"]), "agent_metadata": metadata}
+        resumed: JsonDict = {**metadata_only, "plan": paused.doc["plan"], "phase_offset": int(pause["phase"]),
+                             "agent_metadata": metadata}
+        if paused.doc.get(OPEN_PLAN_KEY):  # the steps go on from the paused one, numbered from 0 in this turn
+            resumed.update({OPEN_PLAN_KEY: True, "phase_offset": 0})
+        return resumed
     denied = Phase("not-approved", f"Say that {pause.get('name', 'the step')} was not approved.")
-    return {"plan": [denied.to_json()], "phase_offset": 0, "agent_metadata": metadata}
+    return {**metadata_only, "plan": [denied.to_json()], "phase_offset": 0, "agent_metadata": metadata}
 
 
 async def mark_queued(storage: Storage, response_id: str) -> JsonDict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from resilient.agents.base import AgentRequest
 from resilient.storage.ports import JsonDict, ResponseRecord
@@ -22,6 +23,7 @@ class RunMemo:
     record: ResponseRecord
     request: AgentRequest
     checkpoints: list[JsonDict]
+    state: Any = None  # the agent state the run's last step left (its document here predates it)
 
 
 class RunMemory:

@@ -159,6 +159,8 @@ class ResponsesService:
             "tools": [tool.to_json() for tool in request.tools],
             "tool_choice": request.tool_choice,
         }
+        if turns_ahead:
+            doc["steering"] = True  # queued behind a running turn that it asks to finish early
         if continuation.resume is not None:
             doc["resume"] = continuation.resume
         if not request.store:

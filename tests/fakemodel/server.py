@@ -37,7 +37,7 @@ class Behaviour:
     """What one chat request gets.
 
     kind: ``text`` (stream ``chunks``), ``tool_call`` (stream a call of ``tool`` with ``chunks`` as its
-    argument fragments), ``status`` (answer ``status`` with ``headers`` and an OpenAI error body),
+    argument fragments, ``delay`` seconds before each), ``status`` (answer ``status`` with ``headers`` and an OpenAI error body),
     ``drop`` (stream ``chunks`` then cut the connection), ``slow`` (``chunks`` with ``delay`` seconds
     between them; the server notes whether the client hung up early).
     """
@@ -124,6 +124,8 @@ class FakeModel:
                     {"index": 0, "id": behaviour.call_id, "type": "function",
                      "function": {"name": behaviour.tool, "arguments": ""}}]})
                 for fragment in behaviour.chunks:
+                    if behaviour.delay:
+                        await asyncio.sleep(behaviour.delay)
                     yield _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]})
                 yield _chunk(model, {}, finish="tool_calls")
             else:

@@ -1,0 +1,111 @@
+"""Which agent the app runs: the app setting ``RESILIENT_AGENT="module:callable"``, or the offline sample.
+
+The callable takes no arguments or the app's :class:`~resilient.settings.Settings` and returns one of:
+
+* an agent written to this service's phase API (:class:`resilient.agents.base.Agent`: ``plan`` and
+  ``run_phase``), run as it is;
+* an Agent Framework agent (``agent_framework.Agent``, or anything with its ``run`` method), run step by
+  step (:mod:`resilient.agents.framework.agent`);
+* an Agent Framework ``Workflow``, run superstep by superstep (:mod:`resilient.agents.framework.workflow`).
+
+The module is imported like any app module (the app's folder or ``PYTHONPATH``). Agent Framework itself is
+imported only when the configured agent is one of its types, so the default app starts without it.
+
+A setting that cannot be honoured (no such module, no such callable, a callable that raises or returns
+something else) raises :class:`AgentLoadError` with one sentence saying which and how to fix it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+from typing import Any
+
+from resilient.agents.base import Agent
+from resilient.settings import Settings
+
+log = logging.getLogger("resilient.agents")
+
+SETTING = "RESILIENT_AGENT"
+
+
+class AgentLoadError(RuntimeError):
+    """``RESILIENT_AGENT`` names something this service cannot run."""
+
+
+def configured_agent(settings: Settings) -> Agent:
+    """The agent factory ``function_app.py`` registers: the configured agent, or the offline sample."""
+    spec = (os.environ.get(SETTING) or "").strip()
+    if not spec:
+        from resilient.agents.research import ResearchAgent
+
+        return ResearchAgent(settings)
+    try:
+        return load_agent(spec, settings)
+    except AgentLoadError as error:
+        log.error("%s", error)
+        raise
+
+
+def load_agent(spec: str, settings: Settings) -> Agent:
+    """Import ``module:callable``, call it, and wrap what it returns (see the module docstring)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise AgentLoadError(f"{SETTING}={spec!r} must have the form 'module:callable' (e.g. 'my_agent:build').")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise AgentLoadError(f"{SETTING}={spec!r}: module {module_name!r} could not be imported ({error}). "
+                             f"Put it in the app's folder or on PYTHONPATH.") from error
+    factory: Any = module
+    for part in attribute.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise AgentLoadError(f"{SETTING}={spec!r}: module {module_name!r} has no {attribute!r}.")
+    if not callable(factory):
+        raise AgentLoadError(f"{SETTING}={spec!r}: {attribute!r} is not callable; it should be a function or "
+                             f"class that returns the agent.")
+    try:
+        built = factory(settings) if _takes_one_argument(factory) else factory()
+        if inspect.isawaitable(built):
+            raise AgentLoadError(f"{SETTING}={spec!r}: {attribute!r} is async; it must return the agent directly.")
+    except AgentLoadError:
+        raise
+    except Exception as error:
+        raise AgentLoadError(f"{SETTING}={spec!r}: {attribute}() raised {type(error).__name__}: {error}") from error
+    return wrap_agent(built, spec)
+
+
+def wrap_agent(built: Any, spec: str = "the agent") -> Agent:
+    """Run ``built`` as this service's agent, whatever kind it is (see the module docstring)."""
+    if callable(getattr(built, "plan", None)) and callable(getattr(built, "run_phase", None)):
+        agent: Agent = built
+        return agent
+    if _is_workflow(built):
+        from resilient.agents.framework.workflow import FrameworkWorkflow
+
+        return FrameworkWorkflow(built)
+    if callable(getattr(built, "run", None)):
+        from resilient.agents.framework.agent import FrameworkAgent
+
+        return FrameworkAgent(built)
+    raise AgentLoadError(f"{SETTING}: {spec} returned {type(built).__name__}, which is neither an Agent Framework "
+                         f"agent or workflow nor an agent with plan() and run_phase().")
+
+
+def _is_workflow(built: Any) -> bool:
+    for cls in type(built).__mro__:
+        if cls.__name__ == "Workflow" and cls.__module__.startswith("agent_framework"):
+            return True
+    return False
+
+
+def _takes_one_argument(factory: Any) -> bool:
+    try:
+        parameters = [p for p in inspect.signature(factory).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    except (TypeError, ValueError):
+        return False
+    return len(parameters) == 1

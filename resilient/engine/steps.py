@@ -1,0 +1,43 @@
+"""Open plans: agents that decide their steps as they go (``Agent.open_plan``).
+
+The plan names one phase; every step runs it. A step that yields ``NextStep`` gets a successor, so each
+step's result tells the orchestrator how many steps there are so far (``index + 2`` while another follows,
+``index + 1`` for the last). What a finished step said is recorded in the row before its checkpoint, so a
+re-delivered step answers the same without running again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from resilient.storage.ports import JsonDict
+
+OPEN_PLAN_KEY = "open_plan"
+STEPS_KEY = "steps"  # in a row's document: {"last": the newest finished step, "more": it asked for another}
+OPEN_KEY = "open"  # in a step's result (the orchestrator's ``OPEN_KEY``): every step may conclude the run
+MAX_STEPS = 200
+TOO_MANY_STEPS_MESSAGE = "The agent did not finish within {limit} steps; the run was stopped."
+
+
+def is_open(doc: JsonDict) -> bool:
+    return bool(doc.get(OPEN_PLAN_KEY))
+
+
+def record(step: int, more: bool) -> JsonDict:
+    return {"last": step, "more": more}
+
+
+def known(doc: JsonDict, index: int) -> int:
+    """How many steps the turn has so far, as step ``index`` sees it: a finished step before the newest
+    one was followed by another; the newest says whether one follows; a step not finished yet may be the last."""
+    found: Any = doc.get(STEPS_KEY) or {}
+    last = int(found.get("last", -1))
+    if index < last or (index == last and found.get("more")):
+        return index + 2
+    return index + 1
+
+
+def mark(result: JsonDict, is_open_plan: bool) -> JsonDict:
+    if is_open_plan:
+        result[OPEN_KEY] = True
+    return result

@@ -1,0 +1,140 @@
+"""The Agent Framework adapter on its own (no storage, no host): what each step yields, and that a step
+continues from the state the previous one saved, in a fresh agent object as a new worker would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resilient.agents.base import (
+    AgentRequest,
+    Approval,
+    ApprovalRequest,
+    NextStep,
+    PhaseContext,
+    SaveState,
+    ToolRun,
+    Usage,
+)
+from resilient.agents.loader import AgentLoadError, load_agent, wrap_agent
+from resilient.settings import Settings
+from tests.fakemodel.server import FakeModel
+from tests.frameworkagents import app_agents
+from tests.frameworkagents.model import ToolLoop
+
+
+@pytest.fixture()
+def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel]:
+    with FakeModel() as fake:
+        fake.responder = ToolLoop()
+        monkeypatch.setenv("FAKE_MODEL_URL", fake.base)
+        monkeypatch.setenv("SIDE_EFFECTS_FILE", str(tmp_path / "effects.jsonl"))
+        yield fake
+
+
+def effects(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "effects.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def request(text: str, response_id: str = "resp_1", **extra: Any) -> AgentRequest:
+    return AgentRequest(response_id=response_id, model="m", instructions=None,
+                        input_items=[{"type": "message", "role": "user", "content": text}], history=[],
+                        metadata={}, **extra)
+
+
+async def run_step(agent: Any, context: PhaseContext) -> list[Any]:
+    return [output async for output in agent.run_phase(context)]
+
+
+def context_for(req: AgentRequest, index: int, state: Any = None, *, is_recovery: bool = False,
+                **extra: Any) -> PhaseContext:
+    return PhaseContext(request=req, plan=[], phase_index=index, is_recovery=is_recovery, output_so_far=[],
+                        state=state, **extra)
+
+
+def settings() -> Settings:
+    return Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
+
+
+async def test_a_tool_loop_runs_one_model_call_and_its_tools_per_step(model: FakeModel, tmp_path: Path) -> None:
+    agent = wrap_agent(app_agents.build())
+    assert getattr(agent, "open_plan", False)
+    req = request("please e-mail bob")
+    first = await run_step(agent, context_for(req, 0))
+    runs = [o for o in first if isinstance(o, ToolRun)]
+    assert [(r.name, json.loads(r.arguments), r.output) for r in runs] == [
+        ("send_email", {"to": "bob"}, "e-mail sent to bob")]
+    assert isinstance(first[-1], NextStep) and isinstance(first[-2], SaveState)
+    assert not [o for o in first if isinstance(o, str)]  # the tool-calling call said nothing
+    assert len(model.chat_requests()) == 1  # the step stopped before the next model call
+    assert [e["key"] for e in effects(tmp_path)] == ["resp_1/step-0/0"]
+
+    # The next step, in a new agent object (another worker), from the saved state only.
+    state = json.loads(json.dumps(first[-2].value))  # the state survives JSON (it is stored as JSON)
+    second = await run_step(wrap_agent(app_agents.build()), context_for(req, 1, state))
+    text = "".join(o for o in second if isinstance(o, str))
+    assert text == "Done: e-mail sent to bob."
+    assert not any(isinstance(o, (ToolRun, NextStep)) for o in second)
+    assert isinstance(second[-1], SaveState)
+    usage = [o for o in second if isinstance(o, Usage)]
+    assert usage and usage[0].input_tokens > 0  # what the model reported
+    assert len(effects(tmp_path)) == 1  # the tool of the finished step did not run again
+    roles = [m["role"] for m in model.chat_requests()[-1].body["messages"]]
+    assert roles[-2:] == ["assistant", "tool"]  # the model got the call and its result back
+
+
+async def test_a_repeated_step_repeats_only_itself_with_the_same_idempotency_key(model: FakeModel,
+                                                                                   tmp_path: Path) -> None:
+    agent = wrap_agent(app_agents.build())
+    req = request("please e-mail bob")
+    await run_step(agent, context_for(req, 0))
+    await run_step(agent, context_for(req, 0, is_recovery=True))  # step 0 in flight when the worker died
+    keys = [e["key"] for e in effects(tmp_path)]
+    assert keys == ["resp_1/step-0/0", "resp_1/step-0/0"]  # the same key: the tool can tell it is a repeat
+
+
+async def test_the_next_turn_continues_the_conversation_of_the_previous_one(model: FakeModel) -> None:
+    agent = wrap_agent(app_agents.build())
+    first_turn = request("please e-mail bob")
+    saved = [o for o in await run_step(agent, context_for(first_turn, 0)) if isinstance(o, SaveState)][-1]
+    final = [o for o in await run_step(agent, context_for(first_turn, 1, saved.value))
+             if isinstance(o, SaveState)][-1]
+    follow_up = request("thank you", response_id="resp_2", previous_state=final.value)
+    outputs = await run_step(agent, context_for(follow_up, 0, follow_up.previous_state))
+    assert "".join(o for o in outputs if isinstance(o, str)) == "You are welcome; tools used so far: 1."
+    roles = [m["role"] for m in model.chat_requests()[-1].body["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
+
+
+async def test_a_tool_that_needs_approval_pauses_the_turn_and_runs_once_approved(model: FakeModel,
+                                                                                  tmp_path: Path) -> None:
+    agent = wrap_agent(app_agents.build())
+    asking = request("please refund order 42")
+    outputs = await run_step(agent, context_for(asking, 0))
+    assert isinstance(outputs[-1], ApprovalRequest) and outputs[-1].name == "refund"
+    assert json.loads(outputs[-1].arguments) == {"order": "42"}
+    assert effects(tmp_path) == []  # nothing ran before the approval
+    paused = [o for o in outputs if isinstance(o, SaveState)][-1]
+    answer = AgentRequest(response_id="resp_2", model="m", instructions=None, history=[], metadata={},
+                          input_items=[{"type": "mcp_approval_response", "approval_request_id": "mcpr_1",
+                                        "approve": True}], previous_state=paused.value)
+    resumed = await run_step(agent, context_for(answer, 0, paused.value,
+                                                approval=Approval("mcpr_1", True)))
+    assert [r.name for r in resumed if isinstance(r, ToolRun)] == ["refund"]
+    assert [e["effect"] for e in effects(tmp_path)] == ["refund"]
+
+
+def test_the_setting_names_what_it_cannot_load() -> None:
+    with pytest.raises(AgentLoadError, match="module 'no_such_module_here' could not be imported"):
+        load_agent("no_such_module_here:build", settings())
+    with pytest.raises(AgentLoadError, match="has no 'nothing'"):
+        load_agent("tests.frameworkagents.app_agents:nothing", settings())
+    with pytest.raises(AgentLoadError, match="must have the form 'module:callable'"):
+        load_agent("tests.frameworkagents.app_agents", settings())
+    with pytest.raises(AgentLoadError, match="returned str"):
+        load_agent("tests.frameworkagents.app_agents:__name__.upper", settings())

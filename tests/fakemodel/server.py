@@ -37,7 +37,8 @@ class Behaviour:
     """What one chat request gets.
 
     kind: ``text`` (stream ``chunks``), ``tool_call`` (stream a call of ``tool`` with ``chunks`` as its
-    argument fragments, ``delay`` seconds before each), ``status`` (answer ``status`` with ``headers`` and an OpenAI error body),
+    argument fragments, ``delay`` seconds before each), ``status`` (answer ``status`` with ``headers`` and an
+    OpenAI error body),
     ``drop`` (stream ``chunks`` then cut the connection), ``slow`` (``chunks`` with ``delay`` seconds
     between them; the server notes whether the client hung up early).
     """

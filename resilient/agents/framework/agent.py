@@ -48,6 +48,7 @@ from resilient.agents.base import (
     ToolRun,
     Usage,
 )
+from resilient.agents.framework.driving import in_own_task
 from resilient.agents.framework.messages import request_messages, tool_result_text
 
 log = logging.getLogger("resilient.agents.framework")
@@ -130,7 +131,10 @@ class FrameworkAgent:
     async def plan(self, request: AgentRequest) -> Sequence[Phase]:
         return [STEP_PHASE]
 
-    async def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+    def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        return in_own_task(self._step(context))
+
+    async def _step(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
         messages = request_messages(context)
         boundary = _StepBoundary()
         tools = _ToolRecorder(context)

@@ -30,6 +30,7 @@ from resilient.agents.base import (
     PhaseOutput,
     SaveState,
 )
+from resilient.agents.framework.driving import in_own_task
 
 log = logging.getLogger("resilient.agents.framework")
 
@@ -110,7 +111,10 @@ class FrameworkWorkflow:
     async def plan(self, request: AgentRequest) -> Sequence[Phase]:
         return [SUPERSTEP]
 
-    async def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+    def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        return in_own_task(self._superstep(context))
+
+    async def _superstep(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
         state = context.state if isinstance(context.state, dict) and context.state.get("kind") == STATE_KIND else {}
         storage = StepCheckpointStorage(state.get("checkpoint"))
         own_turn = state.get("turn") == context.request.response_id

@@ -117,7 +117,7 @@ class Engine:
         return await planning.mark_queued(self.storage, response_id)
 
     async def run_phase(self, response_id: str, index: int, *, finalize: bool = False,
-                        plan: bool = False) -> JsonDict:
+                        plan: bool = False, position: int | None = None) -> JsonDict:
         """Stream one phase into the event log and checkpoint its output item(s). Returns a small summary
         (with ``phases``: how many phases this turn's plan has).
 
@@ -134,6 +134,9 @@ class Engine:
         orchestrator episode and an activity). Both are idempotent, so a retry of this activity (its worker
         died) plans and concludes again without effect, and finds the phase's checkpoint if it has one; a
         conclusion that fails here is left to the orchestrator's own ``finalize`` step.
+
+        ``position``: where this step's output items start (open plans, whose steps have any number of
+        items; the orchestrator adds up the ``items`` of the steps before). Else the phase's own index.
         """
         limit = self.settings.phase_deadline_seconds
         deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
@@ -143,7 +146,7 @@ class Engine:
                 if planned.get("stop"):
                     return {"index": index, **planned}
             written: list[JsonDict] = []
-            summary = await run_attempt(self, response_id, index, deadline, written)
+            summary = await run_attempt(self, response_id, index, deadline, written, position)
         except BaseException:
             COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise

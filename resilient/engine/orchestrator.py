@@ -85,6 +85,7 @@ NOTHING_AHEAD_KEY = "nothing_ahead"
 OWNS_LOCK_KEY = "owns_lock"
 FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
 OPEN_KEY = "open"  # in a run_phase result: the plan is open (steps decided at run time; each may be the last)
+ITEMS_KEY = "items"  # in an open plan's step result: how many output items the step left
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
@@ -287,12 +288,15 @@ class _Run:
         yield from self.wake(released)
         return False
 
-    def run_phase(self, index: int, *, plan: bool = False, last: bool = False) -> Generator[Any, Any, JsonDict]:
+    def run_phase(self, index: int, *, plan: bool = False, last: bool = False,
+                  position: int | None = None) -> Generator[Any, Any, JsonDict]:
         """Run one phase; when it answers ``retry_after``, wait on a durable timer and run it again, within
         the per-phase wait budget (then it is a failure carrying the phase's error). The first phase plans
         the turn first (``plan``); the last one, or the first while the count is unknown, is asked to conclude
         the run itself when it ends without a stop (its result then carries ``final``)."""
         payload: JsonDict = {"response_id": self.response_id, "index": index}
+        if position is not None:
+            payload["position"] = position
         if plan:
             payload["plan"] = True
         if last or plan:
@@ -323,15 +327,19 @@ class _Run:
             # ``phases`` is re-read from every result: an agent that decides its steps as it goes (an open
             # plan, ``open``) answers ``index + 2`` while another step follows. A fixed plan answers the
             # same count every time, so a history recorded before open plans replays the same way.
+            # An open plan's steps leave any number of output items: each is told where its own start.
             phases = int(result["phases"])
             is_open = bool(result.get(OPEN_KEY))
+            position = int(result.get(ITEMS_KEY, 0)) if is_open else None
             index = 1
             while index < phases:
                 self.context.set_custom_status({"response_id": rid, "phase": index, "phases": phases})
-                result = yield from self.run_phase(index, last=is_open or index == phases - 1)
+                result = yield from self.run_phase(index, last=is_open or index == phases - 1, position=position)
                 if result.get("stop"):
                     return outcome_of_stop(result)
                 phases = int(result.get("phases", phases))
+                if position is not None:
+                    position += int(result.get(ITEMS_KEY, 0))
                 index += 1
         except WorkerLost as error:
             return _failure(str(error))

@@ -68,11 +68,14 @@ class PhaseParts(Protocol):
 
 
 async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline: float | None = None,
-                      written: list[JsonDict] | None = None) -> JsonDict:
+                      written: list[JsonDict] | None = None, position: int | None = None) -> JsonDict:
     """``written``, when given, receives the response's output as this call checkpointed it (every
-    item before the phase, then the phase's own), when the phase streamed and was checkpointed here."""
+    item before the phase, then the phase's own), when the phase streamed and was checkpointed here.
+    ``position``: the output position of the phase's first item (default: its index; see
+    :meth:`Engine.run_phase`)."""
     storage = parts.storage
-    remembered = as_remembered(storage, parts.runs, response_id, index)
+    at = index if position is None else position
+    remembered = as_remembered(storage, parts.runs, response_id, at)
     if remembered is not None:
         # This process drove the run up to here: the claim's fenced append below proves nothing happened
         # to the log meanwhile (else it re-reads storage, as a re-delivery does). The control columns
@@ -99,14 +102,15 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
     phases = steps.known(record.doc, index) if is_open else len(plan) - offset  # this turn's phases so far
 
-    if len(checkpoints) > index:  # a re-delivery of a finished phase: return it, stream nothing
-        return steps.mark(summary(index, checkpoints[index:], control.cancel_requested,
-                                  control.pending_input_count, phases=phases), is_open)
+    if len(checkpoints) > at or (is_open and steps.finished_without_items(record.doc, index)):
+        # a re-delivery of a finished phase: return it, stream nothing
+        return steps.mark(summary(index, checkpoints[at:], control.cancel_requested,
+                                  control.pending_input_count, phases=phases), is_open, len(checkpoints[at:]))
     if control.status in TERMINAL_STATUSES or control.cancel_requested:
         return {"index": index, "stop": "cancelled"}
     if control.pending_input_count > 0:
         return {"index": index, "stop": "steered"}
-    previous = checkpoints[:index]
+    previous = checkpoints[:at]
     writer = writer or await storage.events.open_writer(response_id)
     head_events, first_index, crashed = await head(storage, record, writer, previous)
     # The log does not end where the checkpoints say this phase starts (inside an item, or after an item
@@ -114,11 +118,11 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     # checkpoints right after its item's closing events; a duplicate delivery that read the checkpoints a
     # moment before that sees none and would otherwise stream the phase again.)
     if head_events:
-        found = await behind_live_writer(storage.events, storage.items, response_id, index, writer,
+        found = await behind_live_writer(storage.events, storage.items, response_id, at, writer,
                                          parts.liveness, deadline)
         if isinstance(found, list):
-            return summary(index, found[index:], control.cancel_requested,
-                           control.pending_input_count, phases=phases)
+            return steps.mark(summary(index, found[at:], control.cancel_requested,
+                                      control.pending_input_count, phases=phases), is_open, len(found[at:]))
         if found is not writer:
             writer = found
             head_events, first_index, crashed = await head(storage, record, writer, previous)
@@ -152,7 +156,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         conversation_chain_id=record.doc.get("chain_id"),
     )
     items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
-    claim = Claim(storage, parts.liveness, record, index, writer, head_events, first_index, previous, items,
+    claim = Claim(storage, parts.liveness, record, at, writer, head_events, first_index, previous, items,
                   deadline)
     denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
     source = denial(record.doc) if denied else parts.agent.run_phase(context)
@@ -161,19 +165,22 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
             stopped, failure, overtime, appender = await stream(
                 storage.responses, parts.tuning, response_id, claim, context, items, source, deadline)
         except Superseded as done:
-            return summary(index, done.items, context.cancelled, context.pending_input_count, phases=phases)
+            return steps.mark(summary(index, done.items, context.cancelled, context.pending_input_count,
+                                      phases=phases), is_open, len(done.items))
         except Exception as exc:
             log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
                         extra={"response_id": response_id, "phase": index})
             raise
         if failure is not None:
-            return await failed_attempt(storage, response_id, index, record, claim, items, failure, appender)
+            return await failed_attempt(storage, response_id, at, record, claim, items, failure, appender)
 
         status: ItemStatus = "incomplete" if stopped or overtime else "completed"
         try:
-            closing = items.close(status, ensure_item=True)
+            # A step of an open plan may end with no item (a workflow superstep that said nothing): its
+            # record in the row is then its checkpoint. A phase of a fixed plan always has one.
+            closing = items.close(status, ensure_item=not is_open)
         except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
-            return await failed_attempt(storage, response_id, index, record, claim, items, exc, appender)
+            return await failed_attempt(storage, response_id, at, record, claim, items, exc, appender)
         if claim.appended:
             await appender.finish(closing)  # with the deltas still waiting: one append
         else:
@@ -181,9 +188,9 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         expect_next_activity(response_id)
     await record_phase(storage, record, offset + index, items, step=index if is_open else None)
     if len(items.items) == 1:
-        await storage.items.put_output_item(response_id, index, items.items[0])
-    else:
-        await storage.items.put_output_items(response_id, index, items.items)
+        await storage.items.put_output_item(response_id, at, items.items[0])
+    elif items.items:
+        await storage.items.put_output_items(response_id, at, items.items)
     storage.events.keep_writer(claim.writer)
     output = [*previous, *items.items]
     kept = items.state.value if items.state is not None else (state if index > 0 else None)
@@ -201,7 +208,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     if is_open:
         phases = index + (2 if items.more else 1)
     return steps.mark(summary(index, items.items, context.cancelled, context.pending_input_count,
-                              stopped=stopped, phases=phases), is_open)
+                              stopped=stopped, phases=phases), is_open, len(items.items))
 
 
 def as_remembered(storage: Storage, runs: RunMemory, response_id: str,
@@ -252,7 +259,7 @@ async def record_phase(storage: Storage, record: ResponseRecord, phase: int, ite
     if items.state is not None:
         changes[STATE_KEY] = items.state.value
     if step is not None:
-        changes[steps.STEPS_KEY] = steps.record(step, items.more)
+        changes[steps.STEPS_KEY] = steps.record(step, items.more, len(items.items))
     if items.usage:
         changes[f"usage_{phase}"] = {
             "input_tokens": sum(u.input_tokens for u in items.usage),

@@ -2,8 +2,9 @@
 
 The plan names one phase; every step runs it. A step that yields ``NextStep`` gets a successor, so each
 step's result tells the orchestrator how many steps there are so far (``index + 2`` while another follows,
-``index + 1`` for the last). What a finished step said is recorded in the row before its checkpoint, so a
-re-delivered step answers the same without running again.
+``index + 1`` for the last). A step leaves any number of output items (none, a message, tool calls), so
+each is told where its items start (``position``) instead of using its index. What a finished step said is
+recorded in the row before its checkpoint, so a re-delivered step answers the same without running again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from resilient.storage.ports import JsonDict
 OPEN_PLAN_KEY = "open_plan"
 STEPS_KEY = "steps"  # in a row's document: {"last": the newest finished step, "more": it asked for another}
 OPEN_KEY = "open"  # in a step's result (the orchestrator's ``OPEN_KEY``): every step may conclude the run
+ITEMS_KEY = "items"  # in a step's result: how many output items the step left
 MAX_STEPS = 200
 TOO_MANY_STEPS_MESSAGE = "The agent did not finish within {limit} steps; the run was stopped."
 
@@ -23,8 +25,15 @@ def is_open(doc: JsonDict) -> bool:
     return bool(doc.get(OPEN_PLAN_KEY))
 
 
-def record(step: int, more: bool) -> JsonDict:
-    return {"last": step, "more": more}
+def record(step: int, more: bool, items: int) -> JsonDict:
+    return {"last": step, "more": more, "items": items}
+
+
+def finished_without_items(doc: JsonDict, index: int) -> bool:
+    """Step ``index`` finished and left no output item: its record in the row is its only checkpoint. (A
+    step with items is finished once they are stored; its record is written just before them.)"""
+    found: Any = doc.get(STEPS_KEY) or {}
+    return int(found.get("last", -1)) == index and int(found.get("items", 1)) == 0
 
 
 def known(doc: JsonDict, index: int) -> int:
@@ -37,7 +46,10 @@ def known(doc: JsonDict, index: int) -> int:
     return index + 1
 
 
-def mark(result: JsonDict, is_open_plan: bool) -> JsonDict:
+def mark(result: JsonDict, is_open_plan: bool, items: int = 0) -> JsonDict:
+    """An open plan's step result says so and how many output items the step left: the orchestrator adds
+    them up into the next step's ``position`` (its first item's place in the output)."""
     if is_open_plan:
         result[OPEN_KEY] = True
+        result[ITEMS_KEY] = items
     return result

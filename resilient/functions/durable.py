@@ -42,7 +42,8 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         args = _args(payload)
         return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]),
                                                         finalize=bool(args.get("finalize", False)),
-                                                        plan=bool(args.get("plan", False)))
+                                                        plan=bool(args.get("plan", False)),
+                                                        position=_position(args))
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.FINALIZE)
     async def finalize_response(payload: Any) -> dict[str, Any]:
@@ -92,3 +93,9 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         context.set_result(answer)
 
     return bp
+
+
+def _position(args: dict[str, Any]) -> int | None:
+    """Where an open plan's step puts its first output item (absent for fixed plans: the phase's index)."""
+    found = args.get("position")
+    return int(found) if found is not None else None

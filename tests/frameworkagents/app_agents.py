@@ -69,3 +69,4 @@ class NotResumable:
 
 def build_not_resumable() -> NotResumable:
     return NotResumable()
+

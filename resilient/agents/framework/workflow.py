@@ -130,10 +130,13 @@ class FrameworkWorkflow:
         else:
             stream = self.workflow.run(_input(self.workflow, context), checkpoint_storage=storage, stream=True)
         saved_before = storage.saved
+        completed = 0  # supersteps this step ran to the end (a fresh run checkpoints once before its first)
         request: Any = None
         async for event in stream:
             kind = getattr(event, "type", None)
-            if kind == "superstep_started" and storage.saved > saved_before:
+            if kind == "superstep_completed":
+                completed += 1
+            if kind == "superstep_started" and completed and storage.saved > saved_before:
                 # The previous superstep is checkpointed: that is this step. Stop before the next one runs.
                 await _close(stream)
                 yield SaveState(_state(context, storage, None))

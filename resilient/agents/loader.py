@@ -17,6 +17,7 @@ something else) raises :class:`AgentLoadError` with one sentence saying which an
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -45,8 +46,14 @@ def configured_agent(settings: Settings) -> Agent:
     try:
         return load_agent(spec, settings)
     except AgentLoadError as error:
-        log.error("%s", error)
+        _report(str(error))
         raise
+
+
+@functools.cache
+def _report(message: str) -> None:
+    """One log line per process for a setting that cannot be honoured (every request would repeat it)."""
+    log.error("%s", message)
 
 
 def load_agent(spec: str, settings: Settings) -> Agent:

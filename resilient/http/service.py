@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from resilient.agents.loader import AgentLoadError
 from resilient.engine import orchestrator as orch
 from resilient.engine import unstored
 from resilient.engine.batching import expect_next_activity, load_factor
@@ -701,6 +702,8 @@ async def guarded(call: Any) -> HttpResult:
         return error_result(errors.ApiError(404, errors.INVALID_REQUEST, "Not found.", code=errors.CODE_NOT_FOUND))
     except TimeoutError:
         return error_result(errors.service_unavailable())
+    except AgentLoadError as exc:  # RESILIENT_AGENT names something unusable: say what (logged once where found)
+        return error_result(errors.ApiError(500, errors.SERVER_ERROR, str(exc), code=errors.CODE_SERVER_ERROR))
     except Exception:
         log.exception("unhandled error")
         return error_result(errors.ApiError(500, errors.SERVER_ERROR, "The server had an error processing the "

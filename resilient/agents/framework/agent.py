@@ -54,14 +54,14 @@ from resilient.agents.framework.messages import request_messages, tool_result_te
 log = logging.getLogger("resilient.agents.framework")
 
 STEP_PHASE = Phase("step", "One model call and the tool calls it asked for.")
-_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("resilient_idempotency_key", default=None)
+IDEMPOTENCY_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("resilient_idempotency_key", default=None)
 
 
 def idempotency_key() -> str | None:
     """Inside a tool: a key for its side effect, the same on every attempt of the step (None outside a run
     hosted by this service). Pass it to the service the tool calls (an ``Idempotency-Key`` header, a row
     key) so a repeated step does not repeat the effect."""
-    return _KEY.get()
+    return IDEMPOTENCY_KEY.get()
 
 
 class _StepOver(Exception):
@@ -97,7 +97,7 @@ class _ToolRecorder(FunctionMiddleware):
         key = self._context.idempotency_key(self.started)
         self.started += 1
         context.metadata["idempotency_key"] = key
-        token = _KEY.set(key)
+        token = IDEMPOTENCY_KEY.set(key)
         error: str | None = None
         try:
             await call_next()
@@ -105,7 +105,7 @@ class _ToolRecorder(FunctionMiddleware):
             error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            _KEY.reset(token)
+            IDEMPOTENCY_KEY.reset(token)
             arguments = json.dumps(dict(context.arguments or {}), ensure_ascii=False, default=str)
             self.finished.append(ToolRun(context.function.name, arguments,
                                          None if error else tool_result_text(context.result), error))

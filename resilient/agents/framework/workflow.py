@@ -30,6 +30,7 @@ from resilient.agents.base import (
     PhaseOutput,
     SaveState,
 )
+from resilient.agents.framework.agent import IDEMPOTENCY_KEY
 from resilient.agents.framework.driving import in_own_task
 
 log = logging.getLogger("resilient.agents.framework")
@@ -112,7 +113,16 @@ class FrameworkWorkflow:
         return [SUPERSTEP]
 
     def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
-        return in_own_task(self._superstep(context))
+        return in_own_task(self._keyed(context))
+
+    async def _keyed(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        """The superstep's executors share one idempotency key (``idempotency_key()`` in an executor)."""
+        token = IDEMPOTENCY_KEY.set(context.idempotency_key(0))
+        try:
+            async for output in self._superstep(context):
+                yield output
+        finally:
+            IDEMPOTENCY_KEY.reset(token)
 
     async def _superstep(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
         state = context.state if isinstance(context.state, dict) and context.state.get("kind") == STATE_KIND else {}

@@ -1,0 +1,117 @@
+"""Replay tests of open plans (steps decided at run time), through the real azure-functions-durable SDK.
+
+Each step's result says how many steps there are so far (``phases``), that the plan is open (``open``) and
+how many output items the step left (``items``); the orchestrator runs the next step at the next output
+position, asks every step to conclude the run when it is the last, and repeats only the step in flight.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from azure.durable_functions.models.actions.ActionType import ActionType
+
+from resilient.engine import orchestrator as orch
+from resilient.engine import steps
+from tests.replay.harness import Replay, drive, orchestrator_handle
+
+RID = "resp_openplan"
+
+
+@pytest.fixture(scope="module")
+def handle() -> Any:
+    from tests.fresh_app import fresh_app
+
+    return orchestrator_handle(fresh_app(), "responses_orchestrator")
+
+
+def step_calls(episode: Any) -> list[dict[str, Any]]:
+    found = []
+    for action in episode.actions:
+        if action["actionType"] == ActionType.CALL_ACTIVITY and action["functionName"] == orch.RUN_PHASE:
+            found.append(json.loads(action["input"]))
+    return found
+
+
+def agent(items_per_step: list[int], *, final: bool = True) -> Any:
+    """An agent whose step ``i`` leaves ``items_per_step[i]`` items and asks for another while any remain."""
+
+    def respond(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ActionType.CALL_ACTIVITY:
+            args = json.loads(action["input"])
+            if action["functionName"] == orch.RUN_PHASE:
+                index = args["index"]
+                last = index == len(items_per_step) - 1
+                result = {"index": index, "stop": None, "phases": index + (1 if last else 2),
+                          steps.OPEN_KEY: True, steps.ITEMS_KEY: items_per_step[index]}
+                if last and final and args.get("finalize"):
+                    result["final"] = {"status": "completed"}
+                return ("ok", result)
+            if action["functionName"] == orch.FINALIZE:
+                return ("ok", {"status": args["status"]})
+        if kind == ActionType.CREATE_TIMER:
+            return ("ok", None)
+        raise AssertionError(f"unexpected action {action}")
+
+    return respond
+
+
+def test_the_orchestrator_and_the_engine_agree_on_the_result_keys() -> None:
+    assert orch.OPEN_KEY == steps.OPEN_KEY and orch.ITEMS_KEY == steps.ITEMS_KEY
+
+
+def test_steps_run_until_one_says_it_is_the_last_each_at_its_output_position(handle: Any) -> None:
+    episode = drive(Replay(handle, {"response_id": RID}), agent([1, 2, 0, 1]))
+    assert episode.is_done and episode.error is None
+    calls = step_calls(episode)
+    assert [c["index"] for c in calls] == [0, 1, 2, 3]
+    assert [c.get("position") for c in calls] == [None, 1, 3, 3]  # step 0 starts at 0; a step with no item adds 0
+    assert all(c.get("finalize") for c in calls)  # any step may be the last: each may conclude the run
+    assert episode.output == {"status": "completed"}  # the last step concluded it: no finalize step
+
+
+def test_a_step_in_flight_when_the_worker_died_is_the_only_one_repeated(handle: Any) -> None:
+    replay = Replay(handle, {"response_id": RID})
+    replay.run()
+    replay.complete(0, {"index": 0, "stop": None, "phases": 2, "open": True, "items": 1})
+    replay.run()
+    # what the real host records when the worker dies under an activity (see resilient/engine/failures.py)
+    replay.fail(1, reason="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited "
+                "with code 137 (0x89)", details="")
+    waiting = replay.run()
+    assert [a["actionType"] for a in waiting.new_actions] == [ActionType.CREATE_TIMER]  # wait out the restart
+    calls = step_calls(drive(replay, agent([1, 1])))
+    assert [c["index"] for c in calls] == [0, 1, 1]  # step 0 never again; step 1 once more
+    assert calls[1] == calls[2]  # the same step at the same position
+
+
+def test_a_history_written_before_open_plans_replays_unchanged(handle: Any) -> None:
+    """A fixed plan's results carry no ``open``/``items``: the payloads are what they always were."""
+
+    def fixed(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ActionType.CALL_ACTIVITY and action["functionName"] == orch.RUN_PHASE:
+            args = json.loads(action["input"])
+            return ("ok", {"index": args["index"], "stop": None, "phases": 3})
+        if kind == ActionType.CALL_ACTIVITY:
+            return ("ok", {"status": "completed"})
+        raise AssertionError(f"unexpected action {action}")
+
+    calls = step_calls(drive(Replay(handle, {"response_id": RID}), fixed))
+    assert calls == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},
+                     {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
+
+
+def test_an_open_step_that_pauses_for_approval_ends_the_turn(handle: Any) -> None:
+    def pausing(kind: int, action: dict[str, Any], position: int) -> Any:
+        if kind == ActionType.CALL_ACTIVITY and action["functionName"] == orch.RUN_PHASE:
+            args = json.loads(action["input"])
+            stop = "paused" if args["index"] == 1 else None
+            return ("ok", {"index": args["index"], "stop": stop, "phases": args["index"] + 2, "open": True,
+                           "items": 1})
+        return agent([1, 1])(kind, action, position)
+
+    episode = drive(Replay(handle, {"response_id": RID}), pausing)
+    assert [c["index"] for c in step_calls(episode)] == [0, 1]
+    assert episode.output == {"status": "completed"}

@@ -15,7 +15,7 @@ from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import steps
-from tests.replay.harness import Replay, drive, orchestrator_handle
+from tests.replay.harness import History, Replay, drive, orchestrator_handle
 
 RID = "resp_openplan"
 
@@ -80,11 +80,15 @@ def test_a_step_in_flight_when_the_worker_died_is_the_only_one_repeated(handle: 
     # what the real host records when the worker dies under an activity (see resilient/engine/failures.py)
     replay.fail(1, reason="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited "
                 "with code 137 (0x89)", details="")
-    waiting = replay.run()
-    assert [a["actionType"] for a in waiting.new_actions] == [ActionType.CREATE_TIMER]  # wait out the restart
-    calls = step_calls(drive(replay, agent([1, 1])))
-    assert [c["index"] for c in calls] == [0, 1, 1]  # step 0 never again; step 1 once more
-    assert calls[1] == calls[2]  # the same step at the same position
+    assert drive(replay, agent([1, 1])).is_done
+    records = [(e["EventType"], e.get("Name")) for e in replay.history
+               if e["EventType"] in (History.TASK_SCHEDULED, History.TIMER_CREATED)]
+    assert records[:4] == [(History.TASK_SCHEDULED, orch.RUN_PHASE), (History.TASK_SCHEDULED, orch.RUN_PHASE),
+                           (History.TIMER_CREATED, None), (History.TASK_SCHEDULED, orch.RUN_PHASE)]  # waits out
+    scheduled = [json.loads(e["Input"]) for e in replay.history
+                 if e["EventType"] == History.TASK_SCHEDULED and e.get("Name") == orch.RUN_PHASE]
+    assert [c["index"] for c in scheduled] == [0, 1, 1]  # step 0 never again; step 1 once more
+    assert scheduled[1] == scheduled[2]  # the same step at the same position
 
 
 def test_a_history_written_before_open_plans_replays_unchanged(handle: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from openai import OpenAI
 
+from tests.contract.conftest import valid
 from tests.fakemodel.server import COMPLETION_TOKENS, PROMPT_TOKENS, FakeModel
 from tests.frameworkagents.conftest import effects_of
 from tests.frameworkagents.model import ToolLoop
@@ -46,6 +47,10 @@ def test_a_tool_loop_streams_its_tool_call_and_answer(client: OpenAI, effects_fi
     assert (final.usage.input_tokens, final.usage.output_tokens) == (2 * PROMPT_TOKENS, 2 * COMPLETION_TOKENS)
     assert len(effects_of(effects_file, final.id)) == 1
     assert client.responses.retrieve(final.id).output_text == "Done: e-mail sent to bob."
+    # what the contract documents (docs/openapi.yaml), for the response and every event
+    assert valid("Response", client.responses.retrieve(final.id).model_dump(mode="json", exclude_unset=True))
+    for event in events:  # less ``snapshot``, which the stream helper adds on the client
+        assert valid("StreamEvent", event.model_dump(mode="json", exclude_unset=True, exclude={"snapshot"})), event
 
 
 def test_the_next_turn_continues_the_agents_conversation(client: OpenAI, fake_model: FakeModel,

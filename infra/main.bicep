@@ -51,7 +51,9 @@ param openAiDeploymentCapacity int = 10
 @description('Use the Durable Task Scheduler (Consumption SKU) as the Durable Functions backend instead of Azure Storage.')
 param useDurableTaskScheduler bool = false
 
-@description('Durable task hub name; must match extensions.durableTask.hubName in host.json.')
+@description('Durable task hub name of the deployed app: its TASKHUB_NAME app setting, which host.json reads as hubName "%TASKHUB_NAME%". Local runs use another hub (local.settings.sample.json), so a local host pointed at this storage account never takes the work of the deployed app.')
+@minLength(3)
+@maxLength(45)
 param taskHubName string = 'ResilientResponses'
 
 @description('How long finished responses stay replayable (RESILIENT_REPLAY_RETENTION_MINUTES).')
@@ -201,6 +203,7 @@ module api './app/api.bicep' = {
     durableTaskSchedulerEndpoint: useDurableTaskScheduler ? durableTaskScheduler!.outputs.endpoint : ''
     appSettings: {
       PYTHON_ENABLE_INIT_INDEXING: '1'
+      TASKHUB_NAME: taskHubName
       RESILIENT_STORAGE_PREFIX: 'resilient'
       RESILIENT_STEERABLE_CONVERSATIONS: 'true'
       RESILIENT_ENABLE_CRASH_ENDPOINT: 'false'

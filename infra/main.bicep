@@ -56,6 +56,12 @@ param useDurableTaskScheduler bool = false
 @maxLength(45)
 param taskHubName string = 'ResilientResponses'
 
+@description('App Service Authentication with Entra ID: clients send a bearer token for entraApiClientId instead of a function key. Off by default; needs an app registration (README: Entra ID auth).')
+param enableEntraAuth bool = false
+
+@description('Application (client) id of the app registration clients get tokens for; required when enableEntraAuth is true.')
+param entraApiClientId string = ''
+
 @description('How long finished responses stay replayable (RESILIENT_REPLAY_RETENTION_MINUTES).')
 @minValue(1)
 param replayRetentionMinutes int = 10080
@@ -201,6 +207,8 @@ module api './app/api.bicep' = {
     identityClientId: identity.outputs.clientId
     useDurableTaskScheduler: useDurableTaskScheduler
     durableTaskSchedulerEndpoint: useDurableTaskScheduler ? durableTaskScheduler!.outputs.endpoint : ''
+    enableEntraAuth: enableEntraAuth
+    entraApiClientId: entraApiClientId
     appSettings: {
       PYTHON_ENABLE_INIT_INDEXING: '1'
       TASKHUB_NAME: taskHubName
@@ -234,4 +242,5 @@ output AZURE_USER_ASSIGNED_IDENTITY_CLIENT_ID string = identity.outputs.clientId
 output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.applicationInsightsName
 output AZURE_OPENAI_ENDPOINT string = enableAzureOpenAI ? openAi!.outputs.endpoint : ''
 output AZURE_OPENAI_DEPLOYMENT string = enableAzureOpenAI ? openAi!.outputs.deploymentName : ''
+output ENTRA_API_SCOPE string = enableEntraAuth ? 'api://${entraApiClientId}/.default' : ''
 output DURABLE_TASK_SCHEDULER_ENDPOINT string = useDurableTaskScheduler ? durableTaskScheduler!.outputs.endpoint : ''

@@ -64,6 +64,15 @@ READY = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def _settings_value(name: str) -> str | None:
+    """``Values[name]`` of local.settings.json (what ``python -m tests.hostdouble`` loads), if any."""
+    try:
+        value = json.loads((ROOT / "local.settings.json").read_text()).get("Values", {}).get(name)
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
+
+
 def loopback_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname not in LOOPBACK:
@@ -592,6 +601,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     argv_ = [sys.executable, "-m", "tests.hostdouble", "--port", str(port), "--app-dir", str(ROOT)]
                     env.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+                    # host.json's hubName is %TASKHUB_NAME%: local.settings.json names it; else the local default.
+                    if not env.get("TASKHUB_NAME") and not _settings_value("TASKHUB_NAME"):
+                        env["TASKHUB_NAME"] = "ResilientResponsesLocal"
                     env["RESILIENT_STORAGE_PREFIX"] = "bench" + "".join(
                         secrets.choice(string.ascii_lowercase + string.digits) for _ in range(6)
                     )

@@ -51,8 +51,16 @@ param openAiDeploymentCapacity int = 10
 @description('Use the Durable Task Scheduler (Consumption SKU) as the Durable Functions backend instead of Azure Storage.')
 param useDurableTaskScheduler bool = false
 
-@description('Durable task hub name; must match extensions.durableTask.hubName in host.json.')
+@description('Durable task hub name of the deployed app: its TASKHUB_NAME app setting, which host.json reads as hubName "%TASKHUB_NAME%". Local runs use another hub (local.settings.sample.json), so a local host pointed at this storage account never takes the work of the deployed app.')
+@minLength(3)
+@maxLength(45)
 param taskHubName string = 'ResilientResponses'
+
+@description('App Service Authentication with Entra ID: clients send a bearer token for entraApiClientId instead of a function key. Off by default; needs an app registration (README: Entra ID auth).')
+param enableEntraAuth bool = false
+
+@description('Application (client) id of the app registration clients get tokens for; required when enableEntraAuth is true.')
+param entraApiClientId string = ''
 
 @description('How long finished responses stay replayable (RESILIENT_REPLAY_RETENTION_MINUTES).')
 @minValue(1)
@@ -199,8 +207,11 @@ module api './app/api.bicep' = {
     identityClientId: identity.outputs.clientId
     useDurableTaskScheduler: useDurableTaskScheduler
     durableTaskSchedulerEndpoint: useDurableTaskScheduler ? durableTaskScheduler!.outputs.endpoint : ''
+    enableEntraAuth: enableEntraAuth
+    entraApiClientId: entraApiClientId
     appSettings: {
       PYTHON_ENABLE_INIT_INDEXING: '1'
+      TASKHUB_NAME: taskHubName
       RESILIENT_STORAGE_PREFIX: 'resilient'
       RESILIENT_STEERABLE_CONVERSATIONS: 'true'
       RESILIENT_ENABLE_CRASH_ENDPOINT: 'false'
@@ -231,4 +242,5 @@ output AZURE_USER_ASSIGNED_IDENTITY_CLIENT_ID string = identity.outputs.clientId
 output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.applicationInsightsName
 output AZURE_OPENAI_ENDPOINT string = enableAzureOpenAI ? openAi!.outputs.endpoint : ''
 output AZURE_OPENAI_DEPLOYMENT string = enableAzureOpenAI ? openAi!.outputs.deploymentName : ''
+output ENTRA_API_SCOPE string = enableEntraAuth ? 'api://${entraApiClientId}/.default' : ''
 output DURABLE_TASK_SCHEDULER_ENDPOINT string = useDurableTaskScheduler ? durableTaskScheduler!.outputs.endpoint : ''

@@ -75,6 +75,14 @@ bash scripts/azurite.sh start "$AZURITE_INSTANCE" ${FRESH[@]+"${FRESH[@]}"}
 AzureWebJobsStorage="$(bash scripts/azurite.sh connection-string "$AZURITE_INSTANCE")"
 export AzureWebJobsStorage
 export PYTHONUNBUFFERED=1
+# host.json names the task hub "%TASKHUB_NAME%" (an app setting; the host refuses to start without it).
+# A local.settings.json copied from an older sample may lack it: use the local default then.
+if [ -z "${TASKHUB_NAME:-}" ] && ! .venv/bin/python -c \
+     'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("Values", {}).get("TASKHUB_NAME") else 1)' \
+     local.settings.json 2>/dev/null; then
+  export TASKHUB_NAME=ResilientResponsesLocal
+  echo "run: TASKHUB_NAME is not in local.settings.json; using the local task hub '$TASKHUB_NAME'"
+fi
 
 set -m  # the host gets its own process group: a signal to this script reaches it only through cleanup
 if command -v func >/dev/null 2>&1 && [ -z "${RESILIENT_USE_HOST_DOUBLE:-}" ]; then

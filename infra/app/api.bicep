@@ -45,6 +45,12 @@ param durableTaskSchedulerEndpoint string = ''
 @description('Application-specific settings (RESILIENT_*, AZURE_OPENAI_*, ...), merged over the base settings below.')
 param appSettings object = {}
 
+@description('Put App Service Authentication (Easy Auth, Entra ID) in front of the app: every request needs a bearer token for entraApiClientId, and the HTTP functions stop asking for function keys.')
+param enableEntraAuth bool = false
+
+@description('Application (client) id of the app registration that clients get tokens for (api://<id>/.default). Required when enableEntraAuth is true.')
+param entraApiClientId string = ''
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
@@ -95,7 +101,13 @@ var durableTaskSchedulerSettings = useDurableTaskScheduler ? {
   AzureFunctionsJobHost__extensions__durableTask__storageProvider__connectionStringName: 'DURABLE_TASK_SCHEDULER_CONNECTION_STRING'
 } : {}
 
-var allSettings = union(appSettings, durableTaskSchedulerSettings, storageSettings, baseSettings)
+// Who checks callers (read by function_app.py): the host by function key, or Easy Auth alone when it is
+// on (the host would otherwise also demand a key). Last in the union, so appSettings cannot open the app.
+var httpAuthSettings = {
+  RESILIENT_HTTP_AUTH_LEVEL: enableEntraAuth ? 'anonymous' : 'function'
+}
+
+var allSettings = union(appSettings, durableTaskSchedulerSettings, storageSettings, baseSettings, httpAuthSettings)
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   name: name
@@ -161,6 +173,45 @@ resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2
   name: 'scm'
   properties: {
     allow: false
+  }
+}
+
+// Optional Entra ID authentication. API only: bearer tokens are validated (issuer, audience, signature)
+// and requests without one get 401; no login flow, no token store, so no client secret.
+resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (enableEntraAuth) {
+  parent: functionApp
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: true
+      unauthenticatedClientAction: 'Return401'
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: entraApiClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            entraApiClientId
+            'api://${entraApiClientId}'
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
+      }
+    }
   }
 }
 

@@ -6,7 +6,7 @@ param name string
 param location string = resourceGroup().location
 param tags object = {}
 
-@description('Task hub name; must equal the hub name the app uses (host.json extensions.durableTask.hubName).')
+@description('Task hub name; must equal the hub name the app uses (its TASKHUB_NAME app setting, which host.json reads as hubName).')
 param taskHubName string
 
 @allowed([

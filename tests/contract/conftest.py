@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from tests import live
 from tests.hostdouble.api import HostDouble
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,12 @@ def delete_prefix(prefix: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def contract_double() -> Iterator[HostDouble]:
+def contract_started_double() -> Iterator[HostDouble | None]:
+    """The host double the module runs against, or None when ``RESILIENT_BASE_URL`` names a running host
+    (which then needs RESILIENT_AGENT_DELTA_DELAY_MS=0 and RESILIENT_ENABLE_CRASH_ENDPOINT=false)."""
+    if live.base_url() is not None:
+        yield None
+        return
     prefix = "c" + secrets.token_hex(4)
     env = {
         "AzureWebJobsStorage": CONNECTION,
@@ -67,3 +73,16 @@ def contract_double() -> Iterator[HostDouble]:
     with HostDouble(ROOT, env=env, settings=None) as running:
         yield running
     delete_prefix(prefix)
+
+
+@pytest.fixture(scope="module")
+def contract_double(contract_started_double: HostDouble | None) -> HostDouble:
+    """The double itself, for tests that read its counters (skipped against a running host)."""
+    live.skip_if_live("it reads the double's counters")
+    assert contract_started_double is not None
+    return contract_started_double
+
+
+@pytest.fixture(scope="module")
+def contract_base_url(contract_started_double: HostDouble | None) -> str:
+    return contract_started_double.base_url if contract_started_double is not None else str(live.base_url())

@@ -31,11 +31,12 @@ MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "15"))
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
 
 
-def test_the_app_conforms_to_its_openapi_document(contract_double: HostDouble, tmp_path: Path) -> None:
+def test_the_app_conforms_to_its_openapi_document(contract_base_url: str, contract_started_double: HostDouble | None,
+                                                 tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     command = [
         str(Path(sys.executable).with_name("schemathesis")), "run", str(OPENAPI),
-        "--url", contract_double.base_url,
+        "--url", contract_base_url,
         "--checks", "all", "--exclude-checks", EXCLUDED_CHECKS,
         "--phases", ",".join(PHASES),
         "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2",
@@ -52,4 +53,5 @@ def test_the_app_conforms_to_its_openapi_document(contract_double: HostDouble, t
     ran = {phase: state["status"] for phase, state in result["phases"].items()}
     assert all(ran.get(phase) == "success" for phase in PHASES), ran  # the stateful phase included
     assert result["test_cases"]["generated"] >= 100, result["test_cases"]
-    assert contract_double.stats()["worker_restarts"] == 0  # no request killed or hung the worker
+    if contract_started_double is not None:  # a running host has no counters to read
+        assert contract_started_double.stats()["worker_restarts"] == 0  # no request killed or hung the worker

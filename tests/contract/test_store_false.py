@@ -24,6 +24,8 @@ import pytest
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 
+from tests import live
+from tests.hostdouble import config as host_config
 from tests.hostdouble.api import HostDouble
 
 pytestmark = pytest.mark.azurite
@@ -38,6 +40,7 @@ TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 
 @pytest.fixture(scope="module")
 def double() -> Iterator[HostDouble]:
+    live.skip_if_live("a host with a 3 s unstored grace whose Durable state and counters it reads")
     env = {
         "AzureWebJobsStorage": CONNECTION,
         "RESILIENT_STORAGE_PREFIX": PREFIX,
@@ -66,13 +69,9 @@ def _blobs() -> BlobServiceClient:
 
 
 def _task_hub(double: HostDouble) -> str:
-    """The task hub of ``host.json`` (``%Setting%`` resolved from the double's environment, as the host
-    does). Once the double keeps Durable state in the account, its tables start with this name."""
-    name = str(json.loads((ROOT / "host.json").read_text())["extensions"]["durableTask"]["hubName"])
-    if name.startswith("%") and name.endswith("%"):
-        setting = name.strip("%")
-        name = double.env.get(setting) or os.environ[setting]
-    return name
+    """The double's task hub, read the way the host reads it: ``host.json`` with the double's app settings
+    (``AzureFunctionsJobHost__…`` overrides, ``%Setting%`` names). Its Durable tables start with this name."""
+    return host_config.load(ROOT, {**os.environ, **double.env}).durable.hub_name
 
 
 def footprint(double: HostDouble, response_ids: list[str]) -> dict[str, list[str]]:

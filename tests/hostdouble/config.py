@@ -108,8 +108,17 @@ def read_host_json(app_dir: str | os.PathLike[str], env: Mapping[str, str] | Non
 
 
 def resolve_setting_names(value: str, env: Mapping[str, str]) -> str:
-    """``%Name%`` → the app setting's value, as the extension's name resolver does (unknown: left as is)."""
-    return re.sub(r"%([^%]+)%", lambda m: env.get(m.group(1), m.group(0)), value)
+    """``%Name%`` → the app setting's value, as the Durable extension resolves ``hubName``.
+
+    Upstream (azure-functions-durable-extension, ``DurableTaskOptions.ResolveAppSettingOptions``) calls the
+    WebJobs SDK's ``INameResolver.TryResolveWholeString``: all or nothing. If any ``%Name%`` has no setting
+    (or a ``%`` is unclosed) it fails and ``hubName`` keeps its literal text, which
+    ``AzureStorageOptions.ValidateHubName`` then refuses at start-up. A setting set to ``""`` resolves.
+    """
+    names = re.findall(r"%([^%]*)%", value)
+    if value.count("%") % 2 or any(env.get(name) is None for name in names):
+        return value
+    return re.sub(r"%([^%]*)%", lambda m: env[m.group(1)], value)
 
 
 def _bool(value: Any, default: bool) -> bool:
@@ -153,8 +162,10 @@ def durable_config(tree: Mapping[str, Any], env: Mapping[str, str]) -> DurableCo
     raw_hub = _get(section, "hubName")
     hub = resolve_setting_names(str(raw_hub), env) if raw_hub else DEFAULT_HUB
     if not _HUB_NAME.match(hub):
+        unset = [name for name in re.findall(r"%([^%]*)%", hub) if env.get(name) is None]
+        hint = f" (app setting {', '.join(unset)} is not set)" if unset else ""
         raise ConfigError(f"extensions.durableTask.hubName: {hub!r} is not a valid task hub name (3-45 letters or "
-                          "digits, starting with a letter)")
+                          f"digits, starting with a letter){hint}")
     partitions = int(_get(storage, "partitionCount") or DEFAULT_PARTITIONS)
     if not 1 <= partitions <= 16:
         raise ConfigError(f"storageProvider.partitionCount must be 1..16, not {partitions}")

@@ -110,8 +110,8 @@ def test_worker_id_is_the_machine_or_the_app_service_instance(tmp_path: Path) ->
 
 
 def test_repo_host_json_is_readable() -> None:
-    loaded = config.load(Path(__file__).resolve().parents[2], {})
-    assert loaded.route_prefix == "" and loaded.durable.hub_name
+    loaded = config.load(Path(__file__).resolve().parents[2], {"TASKHUB_NAME": "RepoHub"})  # hubName: %TASKHUB_NAME%
+    assert loaded.route_prefix == "" and loaded.durable.hub_name == "RepoHub"
     assert loaded.durable.max_activities == 100
 
 

@@ -60,7 +60,8 @@ def test_funcignore_keeps_the_bytecode_and_still_drops_development_files() -> No
     shipped = ["function_app.py", f"__pycache__/function_app.{tag}.pyc", "resilient/engine/engine.py",
                f"resilient/engine/__pycache__/engine.{tag}.pyc", "host.json", "requirements.txt"]
     dropped = ["tests/unit/test_ids.py", "local.settings.json", ".venv/bin/python", "bench/compare.py",
-               "scripts/compile_bytecode.py", "node_modules/azurite/package.json", "infra/main.bicep"]
+               "scripts/compile_bytecode.py", "node_modules/azurite/package.json", "infra/main.bicep",
+               ".github/workflows/ci.yml", ".devcontainer/devcontainer.json", ".vscode/launch.json", ".ci/live"]
     assert [path for path in shipped if ignore.match_file(path)] == []
     assert [path for path in dropped if not ignore.match_file(path)] == []
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from tests import live
 from tests.hostdouble.api import HostDouble
 from tests.hostdouble.testkit import wait_until as wait_until  # one polling helper for every suite
 
@@ -20,7 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def double() -> Iterator[HostDouble]:
+def started_double() -> Iterator[HostDouble | None]:
+    """The host double the suite runs against, or None when ``RESILIENT_BASE_URL`` names a running host
+    (which then needs RESILIENT_AGENT_DELTA_DELAY_MS=0 and RESILIENT_STEERABLE_CONVERSATIONS=true)."""
+    if live.base_url() is not None:
+        yield None
+        return
     env = {
         "AzureWebJobsStorage": os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
         "RESILIENT_STORAGE_PREFIX": "s" + secrets.token_hex(4),
@@ -33,14 +39,27 @@ def double() -> Iterator[HostDouble]:
 
 
 @pytest.fixture(scope="session")
-def client(double: HostDouble) -> OpenAI:
-    return OpenAI(base_url=double.base_url, api_key="local", max_retries=0, _strict_response_validation=True,
+def double(started_double: HostDouble | None) -> HostDouble:
+    """The double itself, for tests that inject faults or read its counters (skipped against a running host)."""
+    live.skip_if_live("it kills the double's worker or reads the double's counters")
+    assert started_double is not None
+    return started_double
+
+
+@pytest.fixture(scope="session")
+def base_url(started_double: HostDouble | None) -> str:
+    return started_double.base_url if started_double is not None else str(live.base_url())
+
+
+@pytest.fixture(scope="session")
+def client(base_url: str) -> OpenAI:
+    return OpenAI(base_url=base_url, api_key="local", max_retries=0, _strict_response_validation=True,
                   timeout=60.0)
 
 
 @pytest.fixture(scope="session")
-def http(double: HostDouble) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=double.base_url, timeout=30.0) as session:
+def http(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30.0) as session:
         yield session
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from openai import NotFoundError, OpenAI
 
+from tests import live
 from tests.fakemodel.server import COMPLETION_TOKENS, IDENTITY_SECRET, PROMPT_TOKENS, Behaviour, FakeModel
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import ROOT, rebuild, wait_until
@@ -34,6 +35,7 @@ def fake() -> Iterator[FakeModel]:
 
 @pytest.fixture(scope="module")
 def model_double(fake: FakeModel) -> Iterator[HostDouble]:
+    live.skip_if_live("a host whose model endpoint is this test's fake model")
     env = {
         "AzureWebJobsStorage": os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
         "RESILIENT_STORAGE_PREFIX": "m" + secrets.token_hex(4),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from function_app import HTTP_AUTH_LEVELS
+from resilient.functions.auth_level import HTTP_AUTH_LEVELS
 from tests.infra.bicep_model import Declaration, Expr, Interp, load, value
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -60,10 +60,13 @@ class Phase:
 
 @dataclass(frozen=True)
 class FunctionCall:
-    """A complete call of the request's function tool ``name``; ``arguments`` is a JSON object text."""
+    """A complete call of the request's function tool ``name``; ``arguments`` is a JSON object text.
+    ``call_id``: the model's own id for the call, when the agent keeps it (the client's
+    ``function_call_output`` then names the call the model knows); else one is made."""
 
     name: str
     arguments: str = "{}"
+    call_id: str | None = None
 
     @classmethod
     def of(cls, name: str, arguments: Mapping[str, Any]) -> FunctionCall:

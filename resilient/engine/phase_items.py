@@ -98,7 +98,7 @@ class PhaseItems:
             return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
         if isinstance(output, FunctionCall):
             events = self._close_open("completed")
-            events += self._open_call(output.name, None)
+            events += self._open_call(output.name, None, output.call_id)
             events += self._arguments(output.arguments)
             return events + self._close_open("completed")
         if isinstance(output, FunctionCallDelta):
@@ -170,13 +170,13 @@ class PhaseItems:
         self._open = _Open(self._take_index(), "message", new_message_id())
         return ev.phase_opening_events(self._open.stream_index, self._open.item_id)
 
-    def _open_call(self, name: str, key: int | None) -> list[JsonDict]:
+    def _open_call(self, name: str, key: int | None, call_id: str | None = None) -> list[JsonDict]:
         if not self._calls_allowed:
             raise AgentOutputError(f"the agent called {name!r} but tool_choice is 'none'")
         if name not in self._tools:
             raise AgentOutputError(f"the agent called {name!r}, which is not one of the request's tools")
         self._open = _Open(self._take_index(), "function_call", new_function_call_id(), key=key,
-                           call_id=new_call_id(), name=name)
+                           call_id=_checked_call_id(call_id) if call_id else new_call_id(), name=name)
         item = function_call_item(self._open.item_id, self._open.call_id, name, "", status="in_progress")
         return ev.item_opening_events(self._open.stream_index, item)
 
@@ -211,3 +211,10 @@ def _check_json_object(text: str, what: str) -> None:
         raise AgentOutputError(f"{what} are not valid JSON: {text[:200]!r}") from None
     if not isinstance(value, dict):
         raise AgentOutputError(f"{what} must be a JSON object, got {text[:200]!r}")
+
+
+def _checked_call_id(call_id: str) -> str:
+    """A model's call id, kept as the item's ``call_id``: bounded and printable (it comes back from clients)."""
+    if len(call_id) > 128 or not call_id.isprintable() or not call_id.strip():
+        raise AgentOutputError(f"a function call id must be 1-128 printable characters, got {call_id[:40]!r}")
+    return call_id

@@ -31,6 +31,8 @@ class ToolLoop:
             return Behaviour(kind="text", chunks=["You are welcome; ", f"tools used so far: {tools_seen}."])
         tool = "refund" if "refund" in text.lower() else "send_email"
         arguments = ['{"order": ', '"42"}'] if tool == "refund" else ['{"to": ', '"bob"}']
+        if "weather" in text.lower():  # a function tool of the request: the client runs it
+            tool, arguments = "get_weather", ['{"city": ', '"Paris"}']
         return Behaviour(kind="tool_call", tool=tool, chunks=arguments, call_id=f"call_{len(messages)}",
                          delay=self.call_delay)
 

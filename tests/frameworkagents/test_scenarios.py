@@ -85,6 +85,27 @@ def test_an_agent_framework_tool_that_needs_approval_waits_for_it(client: OpenAI
     assert [e["effect"] for e in effects_of(effects_file, answered.id)] == ["refund"]
 
 
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def test_the_requests_function_tools_are_run_by_the_client(client: OpenAI, fake_model: FakeModel,
+                                                            policy: ToolLoop) -> None:
+    asked = client.responses.create(model="fake", input="what is the weather in Paris?", tools=[WEATHER])
+    assert asked.status == "completed" and output_kinds(asked) == ["function_call"]
+    call = asked.output[0]
+    assert call.name == "get_weather" and call.arguments == '{"city": "Paris"}'
+    sent_tools = fake_model.chat_requests()[-1].body["tools"]
+    assert [t["function"]["name"] for t in sent_tools] == ["send_email", "refund", "get_weather"]
+    answered = client.responses.create(
+        model="fake", previous_response_id=asked.id, tools=[WEATHER],
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert answered.status == "completed", answered.error
+    assert answered.output_text == "Done: sunny."
+    roles = [m["role"] for m in fake_model.chat_requests()[-1].body["messages"]]
+    assert roles[-3:] == ["user", "assistant", "tool"]
+
+
 # ---------------------------------------------------------------------------------------------- kills
 def start_background(client: OpenAI) -> tuple[Any, list[Any]]:
     stream = client.responses.create(model="fake", input="please e-mail bob", stream=True, background=True)

@@ -39,6 +39,7 @@ from agent_framework import (
 from resilient.agents.base import (
     AgentRequest,
     ApprovalRequest,
+    FunctionCall,
     NextStep,
     PermanentAgentError,
     Phase,
@@ -141,6 +142,9 @@ class FrameworkAgent:
         kwargs: dict[str, Any] = {"stream": True}
         if self.steps:
             kwargs["middleware"] = [boundary, tools]
+        client_tools = _client_tools(context)
+        if client_tools:
+            kwargs["tools"] = client_tools
         stream = self.agent.run(messages, **kwargs)
         final_messages: list[Message] | None = None
         approvals: list[Content] = []
@@ -169,6 +173,12 @@ class FrameworkAgent:
         final = await stream.get_final_response()
         final_messages = [*messages, *final.messages]
         state = _state(context, final_messages)
+        calls = _client_calls(context, final.messages)
+        if calls:  # the client runs these; its function_call_output items answer them next turn
+            yield SaveState(state)
+            for client_call in calls:
+                yield client_call
+            return
         if approvals:
             request = approvals[0]
             call = request.function_call
@@ -177,6 +187,33 @@ class FrameworkAgent:
             yield ApprovalRequest(str(getattr(call, "name", "") or "tool"), _arguments(call), server_label="agent")
             return
         yield SaveState(state)
+
+
+def _client_tools(context: PhaseContext) -> list[Any]:
+    """The request's function tools, declared to the agent without an implementation: the agent may call
+    them, Agent Framework does not run them, and the turn ends with ``function_call`` items."""
+    if not context.request.tools or context.request.tool_choice == "none":
+        return []
+    from agent_framework import FunctionTool
+
+    declared = []
+    for spec in context.request.tools:
+        schema = spec.get("parameters") or {"type": "object", "properties": {}}
+        declared.append(FunctionTool(name=str(spec["name"]), description=str(spec.get("description") or ""),
+                                     func=None, input_model=schema))
+    return declared
+
+
+def _client_calls(context: PhaseContext, messages: Sequence[Message]) -> list[FunctionCall]:
+    """Calls of the request's function tools that the final messages hold without a result."""
+    names = {str(t.get("name")) for t in context.request.tools}
+    answered = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
+    found = []
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_call" and content.name in names and content.call_id not in answered:
+                found.append(FunctionCall(str(content.name), _arguments(content), call_id=content.call_id))
+    return found
 
 
 def _accepts_middleware(agent: Any) -> bool:

@@ -5,6 +5,7 @@ approval through an Agent Framework tool, and worker kills at each point of a to
 from __future__ import annotations
 
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,26 @@ def test_killed_while_the_answer_streams(client: OpenAI, double: HostDouble, eff
     final = client.responses.retrieve(response_id)
     assert output_kinds(final) == ["mcp_call", "message"] and final.output_text == "Done: e-mail sent to bob."
     time.sleep(0)  # keep the double's log readable between tests
+
+
+def test_a_steered_agent_finishes_its_step_early_then_the_queued_turn_runs(client: OpenAI, fake_model: FakeModel,
+                                                                          effects_file: Path,
+                                                                          policy: ToolLoop) -> None:
+    policy.answer_delay = 0.5  # the answer streams slowly: room to steer it
+    conv = "conv_" + secrets.token_hex(6)
+    first = client.responses.create(model="fake", input="please e-mail bob", background=True, conversation=conv)
+    wait_until(lambda: any(e.type == "response.output_text.delta"
+                           for e in client.responses.retrieve(first.id, stream=True, starting_after=-1)
+                           if e.type != "response.completed"), timeout=30)
+    second = client.responses.create(model="fake", input="thank you", background=True, conversation=conv)
+    assert second.status == "queued"
+    done_first = wait_until(lambda: (r := client.responses.retrieve(first.id)).status != "in_progress" and r,
+                            timeout=60)
+    assert done_first.status == "completed"
+    assert output_kinds(done_first) == ["mcp_call", "message"] and done_first.output[-1].status == "incomplete"
+    assert done_first.output_text != "Done: e-mail sent to bob."  # it stopped early
+    policy.answer_delay = 0.0
+    done_second = wait_until(lambda: (r := client.responses.retrieve(second.id)).status == "completed" and r,
+                             timeout=60)
+    assert done_second.output_text == "You are welcome; tools used so far: 1."  # it sees the first turn's tool
+    assert len(effects_of(effects_file, first.id)) == 1

@@ -34,6 +34,7 @@ from resilient.ids import (
     new_message_id,
 )
 from resilient.protocol import events as ev
+from resilient.protocol.sse import compact_json
 from resilient.protocol.items import (
     ItemStatus,
     approval_request_item,
@@ -42,6 +43,11 @@ from resilient.protocol.items import (
     output_message,
 )
 from resilient.storage.ports import JsonDict
+
+
+# The state a step keeps (SaveState) is stored with the response, in a blob when large; every step reads and
+# rewrites it, so it is bounded.
+MAX_STATE_BYTES = 1024 * 1024
 
 
 class AgentOutputError(ValueError):
@@ -83,6 +89,13 @@ class PhaseItems:
             self.usage.append(output)
             return []
         if isinstance(output, SaveState):
+            try:
+                size = len(compact_json(output.value).encode())
+            except (TypeError, ValueError) as exc:
+                raise AgentOutputError(f"the agent's state must be JSON: {exc}") from None
+            if size > MAX_STATE_BYTES:
+                raise AgentOutputError(f"the agent's state is {size} bytes, over the limit of {MAX_STATE_BYTES} "
+                                       f"bytes: keep large data elsewhere and save a reference to it")
             self.state = output
             return []
         if isinstance(output, NextStep):

@@ -34,7 +34,6 @@ from resilient.ids import (
     new_message_id,
 )
 from resilient.protocol import events as ev
-from resilient.protocol.sse import compact_json
 from resilient.protocol.items import (
     ItemStatus,
     approval_request_item,
@@ -42,8 +41,8 @@ from resilient.protocol.items import (
     mcp_call_item,
     output_message,
 )
+from resilient.protocol.sse import compact_json
 from resilient.storage.ports import JsonDict
-
 
 # The state a step keeps (SaveState) is stored with the response, in a blob when large; every step reads and
 # rewrites it, so it is bounded.

@@ -64,6 +64,15 @@ from typing import Any
 
 from resilient.engine.failures import is_worker_lost, reason_line
 
+# Orchestration versioning (host.json ``defaultVersion``, ``versionMatchStrategy: CurrentOrOlder``): the host
+# stamps new instances with this version, and a worker runs only instances of its version or older. So in a
+# rolling deployment, old workers never replay an instance the new code started, and the new code must replay
+# every older version's histories (tests/replay keeps one test per older version). Raise it, in host.json too,
+# whenever this generator changes in a way older code could not replay.
+#   1.0 (or none: started before versioning) - fixed plans only
+#   2.0 - open plans: each step's result carries ``open``/``items``; the next step gets a ``position``
+ORCHESTRATION_VERSION = "2.0"
+
 RUN_PHASE = "run_phase"
 FINALIZE = "finalize_response"
 MARK_QUEUED = "mark_queued"

@@ -69,6 +69,7 @@ class Replay:
     _ids: dict[int, int] = field(default_factory=dict)  # flattened action position -> task id
     _entity_request_ids: dict[int, str] = field(default_factory=dict)
     started: bool = False
+    version: str = ""  # what the host stamps on ExecutionStarted (host.json defaultVersion; "" before it)
 
     # -- history records, as the extension writes them -----------------------------------------
     def _event(self, event_type: int, event_id: int = -1, **fields: Any) -> dict[str, Any]:
@@ -80,7 +81,7 @@ class Replay:
         """Run one episode with the events queued since the last one; record the new actions."""
         self.history.append(self._event(History.ORCHESTRATOR_STARTED))
         if not self.started:
-            self.history.append(self._event(History.EXECUTION_STARTED, Name=self.name, Version="",
+            self.history.append(self._event(History.EXECUTION_STARTED, Name=self.name, Version=self.version,
                                             Input=json.dumps(self.input), OrchestrationInstance={}))
             self.started = True
         self.history += self._pending

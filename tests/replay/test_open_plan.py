@@ -119,3 +119,40 @@ def test_an_open_step_that_pauses_for_approval_ends_the_turn(handle: Any) -> Non
     episode = drive(Replay(handle, {"response_id": RID}), pausing)
     assert [c["index"] for c in step_calls(episode)] == [0, 1]
     assert episode.output == {"status": "completed"}
+
+
+def test_host_json_stamps_the_orchestrators_version_and_keeps_old_workers_off_new_instances() -> None:
+    import pathlib
+
+    durable = json.loads((pathlib.Path(__file__).resolve().parents[2] / "host.json").read_text())
+    settings = durable["extensions"]["durableTask"]
+    assert settings["defaultVersion"] == orch.ORCHESTRATION_VERSION
+    assert settings["versionMatchStrategy"] == "CurrentOrOlder"  # new code runs old instances, not the reverse
+    assert settings["versionFailureStrategy"] == "Reject"  # an old worker leaves a new instance for a new worker
+    low = durable["extensionBundle"]["version"].strip("[(").split(",")[0]
+    assert tuple(int(p) for p in low.split(".")) >= (4, 26, 0)  # the bundle that has orchestration versioning
+
+
+@pytest.mark.parametrize("version", ["", "1.0"])
+def test_an_instance_of_the_previous_version_replays_under_this_code(handle: Any, version: str) -> None:
+    """A history written by the previous orchestrator (no version stamp, or 1.0): a fixed plan, mid-run when
+    the new code takes over, finishes exactly as it would have."""
+    replay = Replay(handle, {"response_id": RID, "owns_lock": True}, version=version)
+    replay.run()
+    replay.complete(0, {"index": 0, "stop": None, "phases": 3})
+    replay.run()  # the old code had scheduled phase 1 when the deployment happened
+    replay.complete(1, {"index": 1, "stop": None, "phases": 3})
+
+    def old_activities(kind: int, action: dict[str, Any], position: int) -> Any:
+        args = json.loads(action["input"])
+        if action["functionName"] == orch.RUN_PHASE:
+            return ("ok", {"index": args["index"], "stop": None, "phases": 3, "final": {"status": "completed"}})
+        return ("ok", {"status": "completed"})
+
+    done = drive(replay, old_activities)
+    assert done.is_done and done.error is None and done.output == {"status": "completed"}
+    scheduled = [json.loads(e["Input"]) for e in replay.history
+                 if e["EventType"] == History.TASK_SCHEDULED and e.get("Name") == orch.RUN_PHASE]
+    assert scheduled == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},
+                         {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
+

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.agents.base import Agent, Approval, Phase, PhaseContext, PhaseOutput, TransientAgentError
 from resilient.engine import recovery, steps
@@ -141,7 +141,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     elif remembered is not None:
         state = remembered[0].state
     else:
-        state = record.doc.get(STATE_KEY)
+        state = steps.input_state(record.doc, index)
     context = PhaseContext(
         request=request,
         plan=plan,
@@ -186,7 +186,8 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         else:
             await claim.append(closing)  # the agent said nothing: the closing events claim the log
         expect_next_activity(response_id)
-    await record_phase(storage, record, offset + index, items, step=index if is_open else None)
+    await record_phase(storage, record, offset + index, items, step=index if is_open else None,
+                       state_in=(index, state))
     if len(items.items) == 1:
         await storage.items.put_output_item(response_id, at, items.items[0])
     elif items.items:
@@ -250,7 +251,7 @@ async def failed_attempt(
 
 
 async def record_phase(storage: Storage, record: ResponseRecord, phase: int, items: PhaseItems,
-                       step: int | None = None) -> None:
+                       step: int | None = None, state_in: tuple[int, Any] | None = None) -> None:
     """Before the checkpoint: the model's token counts of this phase, where a plan paused, the agent's
     state and (an open plan, ``step``) whether another step follows. Keyed by phase, or overwritten, so a
     phase that runs again does not count twice; written before the checkpoint, so a finished step always
@@ -258,6 +259,10 @@ async def record_phase(storage: Storage, record: ResponseRecord, phase: int, ite
     changes: JsonDict = {}
     if items.state is not None:
         changes[STATE_KEY] = items.state.value
+        # The state this step started from too: if the worker dies between this write and the checkpoint,
+        # the step runs again and must start where it started, not from its own result.
+        if state_in is not None:
+            changes.update(steps.state_record(*state_in))
     if step is not None:
         changes[steps.STEPS_KEY] = steps.record(step, items.more, len(items.items))
     if items.usage:

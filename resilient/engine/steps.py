@@ -53,3 +53,23 @@ def mark(result: JsonDict, is_open_plan: bool, items: int = 0) -> JsonDict:
         result[OPEN_KEY] = True
         result[ITEMS_KEY] = items
     return result
+
+
+STATE_STEP_KEY = "agent_state_step"  # in a row's document: which step saved ``agent_state``
+STATE_INPUT_KEY = "agent_state_input"  # ... and the state that step started from
+
+
+def state_record(step: int, state_in: Any) -> JsonDict:
+    return {STATE_STEP_KEY: step, STATE_INPUT_KEY: state_in}
+
+
+def input_state(doc: JsonDict, index: int) -> Any:
+    """The state step ``index`` starts from, read from the row: what the newest step before it saved; or,
+    when step ``index`` itself saved its state but its checkpoint never came (the worker died between
+    the two writes), the state that step had started from."""
+    from resilient.engine.agent_request import STATE_KEY
+
+    saved_by = doc.get(STATE_STEP_KEY)
+    if saved_by is not None and int(saved_by) >= index:
+        return doc.get(STATE_INPUT_KEY)
+    return doc.get(STATE_KEY)

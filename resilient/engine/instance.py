@@ -7,9 +7,10 @@ for how long, and why that is still correct:
 * ``runs`` (:class:`~resilient.engine.runmemo.RunMemory`): the row, agent request and checkpoints of a
   run this process drove. The row's ETag goes stale as soon as anyone else writes the row; that only loses
   a compare-and-swap, which reads again. The memo is trusted only together with the run's kept log writer.
-* kept log writers (``storage.events.keep_writer``): a writer's idea of the end of the log is stale once
-  another instance appends. Appends are fenced on the blob's append position, so a stale writer's append
-  fails without writing and the caller opens a fresh one: staleness costs a retry, never a wrong event.
+* ``kept`` (:class:`~resilient.storage.kept.KeptWriters`), the log writers kept between a run's
+  activities: a writer's idea of the end of the log is stale once another instance appends. Appends are
+  fenced on the blob's append position, so a stale writer's append fails without writing and the caller
+  opens a fresh one: staleness costs a retry, never a wrong event.
 * ``controls`` (:class:`~resilient.storage.controls.ControlBoard`): the last control columns (status,
   cancel flag, pending inputs) seen here. A change made elsewhere is seen by the next read, which a phase
   makes once its snapshot is older than its control interval: that interval bounds the staleness of a
@@ -32,6 +33,7 @@ from resilient.engine.runmemo import RunMemory
 from resilient.protocol import events as ev
 from resilient.storage.controls import CONTROLS, ControlBoard
 from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.kept import KeptWriters
 from resilient.storage.ports import CommittedBlock
 
 
@@ -39,12 +41,15 @@ from resilient.storage.ports import CommittedBlock
 class InstanceCaches:
     """The process-local caches of one worker (see the module doc for what each may see stale).
 
-    The feed and the control board default to the process's own (the storage layer publishes to them);
-    the run memo is per engine unless the wiring shares one."""
+    The feed and the control board default to the process's module-level ones, which storage opened
+    without this object reports to; the run memo and the kept writers are per object. The wiring
+    (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and hands it to storage,
+    the engine and the service alike."""
 
     feed: CommittedFeed = COMMITTED
     controls: ControlBoard = CONTROLS
     runs: RunMemory = field(default_factory=RunMemory)
+    kept: KeptWriters = field(default_factory=KeptWriters)
 
     def load_factor(self) -> float:
         """How much time-based paces stretch in this process (see :func:`resilient.engine.batching.load_factor`)."""

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 from resilient.agents.base import Agent, Approval, Phase, PhaseContext, PhaseOutput, TransientAgentError
 from resilient.engine import recovery
 from resilient.engine.agent_request import agent_request
-from resilient.engine.batching import Appender, Tuning, expect_next_activity
+from resilient.engine.batching import Appender, Tuning
 from resilient.engine.claim import Claim, Superseded, head
+from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness, behind_live_writer
 from resilient.engine.logtail import OPEN_ATTEMPTS
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
@@ -29,9 +30,7 @@ from resilient.engine.runmemo import RunMemo, RunMemory
 from resilient.protocol.items import ItemStatus, text_of
 from resilient.settings import Settings
 from resilient.storage.cas import retry_cas
-from resilient.storage.controls import CONTROLS
 from resilient.storage.errors import PreconditionFailed
-from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import TERMINAL_STATUSES, Control, EventWriter, JsonDict, ResponseRecord
 
 if TYPE_CHECKING:
@@ -60,6 +59,7 @@ class PhaseParts(Protocol):
     tuning: Tuning
     liveness: Liveness
     runs: RunMemory
+    caches: InstanceCaches
 
 
 async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline: float | None = None,
@@ -76,7 +76,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         # staleness a running phase accepts.
         memo, writer = remembered
         record, checkpoints, request = memo.record, memo.checkpoints, memo.request
-        control = CONTROLS.fresh(response_id, parts.tuning.control_interval_s, time.monotonic()) \
+        control = parts.caches.controls.fresh(response_id, parts.tuning.control_interval_s, time.monotonic()) \
             or await storage.responses.get_control(response_id)
     else:
         record = await storage.responses.get(response_id)  # carries the control columns too
@@ -134,10 +134,10 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
                   deadline)
     denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
     source = denial(record.doc) if denied else parts.agent.run_phase(context)
-    with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
+    with parts.caches.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
         try:
             stopped, failure, overtime, appender = await stream(
-                storage.responses, parts.tuning, response_id, claim, context, items, source, deadline)
+                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline)
         except Superseded as done:
             return summary(index, done.items, context.cancelled, context.pending_input_count, phases=phases)
         except Exception as exc:
@@ -156,7 +156,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
             await appender.finish(closing)  # with the deltas still waiting: one append
         else:
             await claim.append(closing)  # the agent said nothing: the closing events claim the log
-        expect_next_activity(response_id)
+        parts.caches.expect_next_activity(response_id)
     await record_phase(storage, record, offset + index, items)
     if len(items.items) == 1:
         await storage.items.put_output_item(response_id, index, items.items[0])

@@ -49,6 +49,7 @@ from resilient.agents.base import Agent
 from resilient.engine import conclude, planning
 from resilient.engine.agent_request import MAX_HISTORY_TURNS, previous_turn, request_from
 from resilient.engine.batching import Tuning
+from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness
 from resilient.engine.logtail import OPEN_ATTEMPTS, log_ended
 from resilient.engine.phase import (
@@ -59,9 +60,8 @@ from resilient.engine.phase import (
 )
 from resilient.engine.planning import MAX_PHASES
 from resilient.engine.pump import EAGER_OUTPUTS_BEFORE_A_YIELD, PENDING_SETTLE_S
-from resilient.engine.runmemo import REMEMBERED_RUNS, RunMemo, RunMemory
+from resilient.engine.runmemo import REMEMBERED_RUNS, RunMemo
 from resilient.settings import Settings
-from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import JsonDict, ResponseRecord
 
 if TYPE_CHECKING:
@@ -92,13 +92,14 @@ class Engine:
     what they share, so the bindings and tests see one object with stable names."""
 
     def __init__(self, storage: Storage, agent: Agent, settings: Settings, tuning: Tuning | None = None,
-                 *, runs: RunMemory | None = None) -> None:
+                 *, caches: InstanceCaches | None = None) -> None:
         self.storage = storage
         self.agent = agent
         self.settings = settings
         self.tuning = tuning or Tuning.from_settings(settings)
         self.liveness = Liveness()
-        self.runs = runs if runs is not None else RunMemory()
+        self.caches = caches if caches is not None else InstanceCaches()  # this process's memory of runs
+        self.runs = self.caches.runs
 
     def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
         """The HTTP layer created this response in this process: its first phase, if it runs here too, need
@@ -110,7 +111,7 @@ class Engine:
 
     async def plan(self, response_id: str) -> JsonDict:
         """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
-        return await planning.plan(self.storage, self.agent, self.runs, response_id, self.settle_cancel)
+        return await planning.plan(self.storage, self.agent, self.caches, response_id, self.settle_cancel)
 
     async def mark_queued(self, response_id: str) -> JsonDict:
         """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
@@ -148,7 +149,7 @@ class Engine:
             written: list[JsonDict] = []
             summary = await run_attempt(self, response_id, index, deadline, written, position)
         except BaseException:
-            COMMITTED.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
+            self.caches.feed.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise
         if summary.get("stop") == "cancelled":
             await self.settle_cancel(response_id)
@@ -165,7 +166,7 @@ class Engine:
                        output: Sequence[JsonDict] | None = None) -> JsonDict:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent); see
         :func:`resilient.engine.conclude.finalize`."""
-        return await conclude.finalize(self.storage, self.runs, response_id, outcome, output)
+        return await conclude.finalize(self.storage, self.caches, response_id, outcome, output)
 
     async def inspect(self, response_id: str) -> JsonDict:
         """Whether a response's run is over (terminal status and terminal event); see

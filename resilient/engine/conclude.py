@@ -14,15 +14,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from resilient.engine import recovery
+from resilient.engine.instance import InstanceCaches
 from resilient.engine.logtail import append_at_end, log_ended
-from resilient.engine.runmemo import RunMemory
 from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
 from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.storage.cas import retry_cas
 from resilient.storage.errors import LostOwnership, NotFound, PreconditionFailed
-from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ CONCLUDE_ATTEMPTS = 50
 ESTIMATED_USAGE_KEY = "usage_estimated"  # in a row's document: the agent has no model to count tokens
 
 
-async def finalize(storage: Storage, runs: RunMemory, response_id: str, outcome: JsonDict,
+async def finalize(storage: Storage, caches: InstanceCaches, response_id: str, outcome: JsonDict,
                    output: Sequence[JsonDict] | None = None) -> JsonDict:
     """Decide the terminal status (CAS) and append the single terminal event (idempotent).
 
@@ -42,7 +41,7 @@ async def finalize(storage: Storage, runs: RunMemory, response_id: str, outcome:
     phase concluding the run in its own activity): the list storage would return, not read back. Any
     other caller passes nothing and the checkpoints are read, since a phase may have run elsewhere."""
     output = list(output) if output is not None else await storage.items.list_output_items(response_id)
-    memo = runs.pop(response_id)
+    memo = caches.runs.pop(response_id)
     try:
         record = await conclude(storage, response_id, output, str(outcome.get("status", "completed")),
                                 outcome.get("error"), current=memo.record if memo is not None else None)
@@ -64,7 +63,7 @@ async def finalize(storage: Storage, runs: RunMemory, response_id: str, outcome:
         ended = True
     except LostOwnership:
         ended = False
-    COMMITTED.expect(response_id, 0)
+    caches.feed.expect(response_id, 0)
     if ended:
         await leave_index(storage, response_id)
     log.info("finalized", extra={"response_id": response_id, "status": record.status})

@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from resilient.agents.base import Agent, Approval, Phase, PhaseContext, PhaseOutput, TransientAgentError
 from resilient.engine import recovery, steps
 from resilient.engine.agent_request import STATE_KEY, agent_request
-from resilient.engine.batching import Appender, Tuning, expect_next_activity
+from resilient.engine.batching import Appender, Tuning
 from resilient.engine.claim import Claim, Superseded, head
+from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness, behind_live_writer
 from resilient.engine.logtail import OPEN_ATTEMPTS
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.pump import stream
 from resilient.engine.runmemo import RunMemo, RunMemory
+from resilient.engine.turns import STEERING_KEY
 from resilient.protocol.items import ItemStatus, text_of
 from resilient.settings import Settings
 from resilient.storage.cas import retry_cas
-from resilient.storage.controls import CONTROLS
 from resilient.storage.errors import PreconditionFailed
-from resilient.storage.feed import COMMITTED
 from resilient.storage.ports import TERMINAL_STATUSES, Control, EventWriter, JsonDict, ResponseRecord
 
 if TYPE_CHECKING:
@@ -52,7 +52,6 @@ NOT_RESUMABLE_MESSAGE = (
     "steps must not run twice): the run was interrupted and not continued."
 )
 DEFAULT_RETRY_AFTER_SECONDS = 2.0
-STEERING_KEY = "steering"  # in a row's document: this turn was queued behind a running turn it steered
 
 
 class PhaseParts(Protocol):
@@ -65,6 +64,7 @@ class PhaseParts(Protocol):
     tuning: Tuning
     liveness: Liveness
     runs: RunMemory
+    caches: InstanceCaches
 
 
 async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline: float | None = None,
@@ -84,7 +84,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         # staleness a running phase accepts.
         memo, writer = remembered
         record, checkpoints, request = memo.record, memo.checkpoints, memo.request
-        control = CONTROLS.fresh(response_id, parts.tuning.control_interval_s, time.monotonic()) \
+        control = parts.caches.controls.fresh(response_id, parts.tuning.control_interval_s, time.monotonic()) \
             or await storage.responses.get_control(response_id)
     else:
         record = await storage.responses.get(response_id)  # carries the control columns too
@@ -160,10 +160,10 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
                   deadline)
     denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
     source = denial(record.doc) if denied else parts.agent.run_phase(context)
-    with COMMITTED.writing(response_id):  # readers here get the phase from the feed, not by polling
+    with parts.caches.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
         try:
             stopped, failure, overtime, appender = await stream(
-                storage.responses, parts.tuning, response_id, claim, context, items, source, deadline)
+                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline)
         except Superseded as done:
             return steps.mark(summary(index, done.items, context.cancelled, context.pending_input_count,
                                       phases=phases), is_open, len(done.items))
@@ -185,7 +185,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
             await appender.finish(closing)  # with the deltas still waiting: one append
         else:
             await claim.append(closing)  # the agent said nothing: the closing events claim the log
-        expect_next_activity(response_id)
+        parts.caches.expect_next_activity(response_id)
     await record_phase(storage, record, offset + index, items, step=index if is_open else None,
                        state_in=(index, state))
     if len(items.items) == 1:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from resilient.agents.base import Agent, Phase
 from resilient.engine.agent_request import agent_request
-from resilient.engine.batching import expect_next_activity
 from resilient.engine.conclude import ESTIMATED_USAGE_KEY
+from resilient.engine.instance import InstanceCaches
 from resilient.engine.logtail import append_at_end
-from resilient.engine.runmemo import RunMemo, RunMemory
+from resilient.engine.runmemo import RunMemo
 from resilient.engine.snapshot import response_object
 from resilient.engine.steps import OPEN_PLAN_KEY
 from resilient.protocol import events as ev
@@ -32,11 +32,11 @@ MAX_PHASES = 50
 SettleCancel = Callable[[str], Awaitable[None]]
 
 
-async def plan(storage: Storage, agent: Agent, runs: RunMemory, response_id: str,
+async def plan(storage: Storage, agent: Agent, caches: InstanceCaches, response_id: str,
                settle_cancel: SettleCancel) -> JsonDict:
     """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
     responses = storage.responses
-    memo = runs.pop(response_id)
+    memo = caches.runs.pop(response_id)
     # The row carries the cancel flag too. A remembered one (the create in this process) may be stale:
     # then its CAS below loses, and the row the transition returns has the flag.
     record = memo.record if memo is not None else await responses.get(response_id)
@@ -77,8 +77,8 @@ async def plan(storage: Storage, agent: Agent, runs: RunMemory, response_id: str
 
     storage.events.keep_writer(await append_at_end(storage.events, response_id, opening))
     if request is not None and not record.doc.get("agent_metadata"):
-        runs.remember(RunMemo(record, request, []))
-        expect_next_activity(response_id)
+        caches.runs.remember(RunMemo(record, request, []))
+        caches.expect_next_activity(response_id)
     log.info("planned", extra={"response_id": response_id, "phases": len(planned)})
     return {"phases": len(planned)}
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from resilient.agents.base import AgentError, PhaseContext, PhaseOutput
 from resilient.engine.batching import Appender, ControlPoller, Tuning
 from resilient.engine.claim import Claim
+from resilient.engine.instance import InstanceCaches
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.storage.ports import ResponseStore
 
@@ -27,8 +28,8 @@ _start_eagerly = asyncio.create_eager_task_factory(asyncio.Task)
 
 
 async def stream(
-    responses: ResponseStore, tuning: Tuning, response_id: str, claim: Claim, context: PhaseContext,
-    items: PhaseItems, source: AsyncIterator[PhaseOutput], deadline: float | None = None,
+    responses: ResponseStore, tuning: Tuning, caches: InstanceCaches, response_id: str, claim: Claim,
+    context: PhaseContext, items: PhaseItems, source: AsyncIterator[PhaseOutput], deadline: float | None = None,
 ) -> tuple[bool, Exception | None, bool, Appender]:
     """Pump the agent's outputs into the log: the first output claims the log at once, the rest go
     through group-committed appends (:mod:`resilient.engine.batching`); the control flags are
@@ -37,8 +38,9 @@ async def stream(
     Returns (stopped early, the agent's error if it failed, ran past ``deadline``, the appender with the
     events still waiting: the caller finishes it with the phase's closing events).
     """
-    appender = Appender(claim, tuning)
-    control = ControlPoller(responses, response_id, context, tuning.control_interval_s)
+    appender = Appender(claim, tuning, load=caches.feed)
+    control = ControlPoller(responses, response_id, context, tuning.control_interval_s, load=caches.feed,
+                            controls=caches.controls)
     outputs = aiter(source)
     pending: asyncio.Future[PhaseOutput] | None = None
     stopped = overtime = False

@@ -24,10 +24,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from resilient.storage.errors import NotFound, PreconditionFailed
+from resilient.storage.cas import retry_cas
+from resilient.storage.errors import NotFound
 from resilient.storage.ports import ACTIVE_STATUSES
 
 if TYPE_CHECKING:  # the storage SDKs load with the first storage open, not at import (cold start)
@@ -58,20 +60,22 @@ async def abandon(storage: Storage, response_id: str) -> None:
     """The client of a running ``store=false`` response went away: raise the cancel flag, as a cancel
     does, so the run stops at its next delta and settles as ``cancelled`` itself (a run not yet planned
     is cancelled at once). A run that already ended, or data already forgotten, is left alone."""
-    for _ in range(ABANDON_CAS_ATTEMPTS):
-        try:
-            record = await storage.responses.get(response_id)
-            if record.status not in ACTIVE_STATUSES or record.cancel_requested:
-                return
-            if record.status == "queued":
-                await storage.responses.replace(record, status="cancelled", cancel_requested=True)
-            else:
-                await storage.responses.replace(record, cancel_requested=True)
+
+    async def attempt() -> None:  # a lost CAS: the run wrote the row meanwhile: look again
+        record = await storage.responses.get(response_id)
+        if record.status not in ACTIVE_STATUSES or record.cancel_requested:
             return
-        except NotFound:
-            return
-        except PreconditionFailed:
-            continue  # the run wrote the row meanwhile: look again
+        if record.status == "queued":
+            await storage.responses.replace(record, status="cancelled", cancel_requested=True)
+        else:
+            await storage.responses.replace(record, cancel_requested=True)
+
+    with suppress(NotFound, _GaveUp):  # gone, or the run keeps writing the row: it is ending anyway
+        await retry_cas(attempt, ABANDON_CAS_ATTEMPTS, _GaveUp)
+
+
+class _GaveUp(Exception):
+    """Every CAS of :func:`abandon` lost: leave the run alone, as before a retry loop ran out."""
 
 
 def detach(work: Coroutine[Any, Any, object], what: str) -> None:

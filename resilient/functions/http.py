@@ -23,10 +23,9 @@ log = logging.getLogger("resilient.http")
 
 
 async def _service(binding: str) -> ResponsesService:
-    engine = await runtime.engine()
+    worker = await runtime.worker()
     client = DurableClient(binding)  # loads the Durable SDK only if this request makes a Durable call
-    return ResponsesService(engine.storage, ClientRuntime(client), engine.settings,
-                            repairer=repairer(client, engine), on_created=engine.remember_created)
+    return worker.service(ClientRuntime(client), repairer(client, worker.engine))
 
 
 def _to_response(result: HttpResult) -> Response:

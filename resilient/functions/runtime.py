@@ -1,4 +1,4 @@
-"""Per-process singletons the bindings share: settings, storage and the engine.
+"""Per-process singletons the bindings share: the worker (settings, storage, caches, engine) per event loop.
 
 Why lazy: the Functions worker imports ``function_app.py`` during indexing, before any app setting may
 be usable, and indexing must not touch storage. The first activity or request opens storage once per
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from resilient import logs
 from resilient.agents.base import Agent
+from resilient.bootstrap import Worker, bootstrap
 from resilient.engine.activities import Engine
 from resilient.settings import Settings
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 AgentFactory = Callable[[Settings], Agent]
 
 _agent_factory: AgentFactory | None = None
-_engines: dict[int, Engine] = {}
+_workers: dict[int, Worker] = {}
 _lock = asyncio.Lock()
 
 
@@ -40,18 +41,21 @@ async def storage() -> Storage:
 
 async def engine() -> Engine:
     """The engine for the running event loop (storage clients are bound to a loop)."""
+    return (await worker()).engine
+
+
+async def worker() -> Worker:
+    """The worker for the running event loop, wired once by :func:`resilient.bootstrap.bootstrap`."""
     key = id(asyncio.get_running_loop())
-    found = _engines.get(key)
+    found = _workers.get(key)
     if found is not None:
         return found
     async with _lock:
-        found = _engines.get(key)
+        found = _workers.get(key)
         if found is None:
             if _agent_factory is None:
                 raise RuntimeError("resilient.functions.runtime.configure(agent_factory) was not called")
-            from resilient.storage.factory import open_storage  # the storage SDKs load with the first call
-
             settings = Settings.from_env()
-            found = Engine(await open_storage(settings), _agent_factory(settings), settings)
-            _engines[key] = found
+            found = await bootstrap(settings, _agent_factory(settings))  # the storage SDKs load here
+            _workers[key] = found
     return found

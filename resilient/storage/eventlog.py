@@ -11,7 +11,6 @@ per poll. See :mod:`.logformat` for the layout and :mod:`.eventwriter` for the f
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import suppress
 from datetime import datetime
@@ -24,7 +23,8 @@ from resilient.protocol.sse import parse_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
 from resilient.storage.eventwriter import MAX_BLOCK_BYTES, BlobEventWriter, LogLimits, WriterPosition
-from resilient.storage.feed import COMMITTED
+from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.kept import KEPT_WRITERS, KeptWriters
 from resilient.storage.logformat import (
     IndexEntry,
     Tail,
@@ -41,6 +41,8 @@ from resilient.storage.logformat import (
 )
 from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult, StoredEvent
 
+__all__ = ["KEPT_WRITERS", "BlobEventLog"]
+
 BLOB_CLIENT_CACHE = 512
 # Events are rarely smaller than this: a read that starts after more events than fit the tail window at
 # this size goes to the tail straight away instead of trying the head of the log first.
@@ -51,8 +53,6 @@ def _total_size(content_range: str | None, fallback: int) -> int:
     """The blob size from a ranged download's ``Content-Range`` (``bytes 0-99/1234`` → 1234)."""
     total = (content_range or "").rpartition("/")[2]
     return int(total) if total.isdigit() else fallback
-
-KEPT_WRITERS = 1024
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 _OPEN_ATTEMPTS = 3
@@ -69,32 +69,32 @@ class BlobEventLog:
         max_blocks_per_segment: int = 49_000,
         max_block_bytes: int = MAX_BLOCK_BYTES,
         tail_window: int = DEFAULT_TAIL_WINDOW,
+        feed: CommittedFeed = COMMITTED,
+        kept: KeptWriters | None = None,
     ) -> None:
         self._container = container
+        self._feed = feed  # this process's readers: its writers publish to it, a deletion forgets the log
+        self._kept = kept if kept is not None else KeptWriters()
         self._limits = LogLimits(index_every, max_blocks_per_segment, max_block_bytes)
         self._tail_window = max(1024, tail_window)
         self.storage_calls = 0  # every round trip made by this object (not by the writers it returns)
         self._blob_clients: dict[str, BlobClient] = {}
-        self._kept: OrderedDict[str, BlobEventWriter] = OrderedDict()
 
     # -- writers kept between the activities of a run (see EventLog.take_writer) -----------------------
     def take_writer(self, response_id: str) -> BlobEventWriter | None:
-        writer = self._kept.pop(response_id, None)
-        return None if writer is None or writer.dead else writer
+        return self._kept.take(response_id)
 
     def keep_writer(self, writer: EventWriter) -> None:
         if not isinstance(writer, BlobEventWriter) or writer.dead:
             return
-        self._kept[writer.response_id] = writer
-        self._kept.move_to_end(writer.response_id)
-        while len(self._kept) > KEPT_WRITERS:
-            self._kept.popitem(last=False)
+        self._kept.keep(writer)
 
     # -- writing ------------------------------------------------------------------------------------
     @translate_errors
     async def create(self, response_id: str, first_events: Sequence[JsonDict]) -> BlobEventWriter:
         rid = validate_id(response_id, param="response_id")
-        writer = BlobEventWriter(self._container, rid, WriterPosition(0, 0, 0, 0, None), self._limits)
+        writer = BlobEventWriter(self._container, rid, WriterPosition(0, 0, 0, 0, None), self._limits,
+                                 feed=self._feed)
         writer.check(first_events)  # a bad event must not leave an empty log behind
         self.storage_calls += 1
         try:
@@ -137,7 +137,7 @@ class BlobEventLog:
         raise LostOwnership(f"event log {rid!r}: another writer keeps rolling the log over")
 
     def _writer(self, rid: str, position: WriterPosition, calls: int) -> BlobEventWriter:
-        return BlobEventWriter(self._container, rid, position, self._limits, storage_calls=calls)
+        return BlobEventWriter(self._container, rid, position, self._limits, storage_calls=calls, feed=self._feed)
 
     async def _list(self, rid: str) -> tuple[dict[int, int], dict[int, datetime]]:
         """Segment sizes and Last-Modified times by number (one listing call)."""
@@ -340,8 +340,8 @@ class BlobEventLog:
     @translate_errors
     async def delete(self, response_id: str) -> None:
         rid = validate_id(response_id, param="response_id")
-        self._kept.pop(rid, None)
-        COMMITTED.forget_log(rid)  # before the first call: a reconnect here must not outlive the log
+        self._kept.drop(rid)
+        self._feed.forget_log(rid)  # before the first call: a reconnect here must not outlive the log
         names: list[str] = []
         self.storage_calls += 1
         async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):

@@ -32,7 +32,7 @@ from azure.storage.blob.aio import BlobClient, ContainerClient
 from resilient.protocol.sse import encode_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
-from resilient.storage.feed import COMMITTED
+from resilient.storage.feed import COMMITTED, CommittedFeed
 from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
 from resilient.storage.ports import CommittedBlock, JsonDict, ReadCursor, StoredEvent
 
@@ -92,8 +92,10 @@ class BlobEventWriter:
         limits: LogLimits,
         *,
         storage_calls: int = 0,
+        feed: CommittedFeed = COMMITTED,
     ) -> None:
         self._container = container
+        self._feed = feed  # readers in this process get each committed block from it
         self._rid = response_id
         self._pos = position
         self._limits = limits
@@ -165,7 +167,7 @@ class BlobEventWriter:
             # Committed: readers in this process may have it now, without reading it back from storage.
             cursor = ReadCursor(self._pos.segment, self._pos.offset, self._pos.next_seq - 1)
             self._last_committed = CommittedBlock(block.events, cursor)
-            COMMITTED.publish(self._rid, self._last_committed)
+            self._feed.publish(self._rid, self._last_committed)
             if self._blocks_since_index >= self._limits.index_every:
                 await self._add_index_record(block.first_seq, self._pos.segment, offset)
         return self._pos.next_seq - 1

@@ -16,8 +16,11 @@ from resilient.settings import Settings
 from resilient.storage.active import TableActiveIndex
 from resilient.storage.chains import TableChainStore
 from resilient.storage.connection import RetryConfig, StorageClients
+from resilient.storage.controls import CONTROLS, ControlBoard
 from resilient.storage.eventlog import BlobEventLog
+from resilient.storage.feed import COMMITTED, CommittedFeed
 from resilient.storage.items import TableItemStore
+from resilient.storage.kept import KeptWriters
 from resilient.storage.ports import ActiveIndex, ChainStore, EventLog, ItemStore, ResponseStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
@@ -48,13 +51,15 @@ class Storage:
         await self.close()
 
 
-def build_storage(clients: StorageClients) -> Storage:
-    """Wire the Azure-backed stores over ``clients`` (no I/O)."""
+def build_storage(clients: StorageClients, *, feed: CommittedFeed = COMMITTED, controls: ControlBoard = CONTROLS,
+                  kept: KeptWriters | None = None) -> Storage:
+    """Wire the Azure-backed stores over ``clients`` (no I/O), reporting to this process's caches: the feed
+    readers here follow, the control board running phases here watch, and the kept writers."""
     spill = JsonSpill(clients.container(clients.spill_container_name))
     return Storage(
-        responses=TableResponseStore(clients.table(clients.responses_table_name), spill),
+        responses=TableResponseStore(clients.table(clients.responses_table_name), spill, controls=controls),
         items=TableItemStore(clients.table(clients.items_table_name), spill),
-        events=BlobEventLog(clients.container(clients.events_container_name)),
+        events=BlobEventLog(clients.container(clients.events_container_name), feed=feed, kept=kept),
         clients=clients,
         chains=TableChainStore(clients.table(clients.chains_table_name)),
         active=TableActiveIndex(clients.table(clients.active_table_name)),
@@ -72,8 +77,10 @@ def _location(settings: Settings) -> tuple[str, str]:
     return where, settings.storage_prefix
 
 
-async def open_storage(settings: Settings, *, retry: RetryConfig | None = None) -> Storage:
-    """Open clients for ``settings``, create tables/containers once per process, return the stores.
+async def open_storage(settings: Settings, *, retry: RetryConfig | None = None, feed: CommittedFeed = COMMITTED,
+                       controls: ControlBoard = CONTROLS, kept: KeptWriters | None = None) -> Storage:
+    """Open clients for ``settings``, create tables/containers once per process, return the stores (over
+    the process-local caches given, see :func:`build_storage`).
 
     The caller owns the result (``await storage.close()`` or ``async with``); clients are bound to
     the running event loop, so open one per loop.
@@ -87,4 +94,4 @@ async def open_storage(settings: Settings, *, retry: RetryConfig | None = None) 
     except BaseException:
         await clients.close()
         raise
-    return build_storage(clients)
+    return build_storage(clients, feed=feed, controls=controls, kept=kept)

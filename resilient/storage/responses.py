@@ -22,6 +22,7 @@ from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient
 
 from resilient.ids import validate_id
+from resilient.storage.cas import retry_cas
 from resilient.storage.connection import translate_errors
 from resilient.storage.controls import CONTROLS, ControlBoard
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
@@ -163,29 +164,29 @@ class TableResponseStore:
         current: ResponseRecord | None = None,
     ) -> ResponseRecord:
         rid = validate_id(response_id, param="response_id")
-        known = current if current is not None and current.response_id == rid else None
-        for _ in range(_MAX_CAS_ATTEMPTS):
-            record, known = (known, None) if known is not None else (await self.get(rid), None)
+        known = [current] if current is not None and current.response_id == rid else []
+
+        async def attempt() -> ResponseRecord:
+            record = known.pop() if known else await self.get(rid)
             if record.status not in allowed_from:
                 raise InvalidTransition(record.status, to_status)
-            try:
-                return await self.replace(
-                    record, status=to_status, doc_changes=doc_changes, cancel_requested=cancel_requested
-                )
-            except PreconditionFailed:
-                continue
-        raise PreconditionFailed(f"response {rid!r}: transition to {to_status!r} kept losing the CAS")
+            return await self.replace(
+                record, status=to_status, doc_changes=doc_changes, cancel_requested=cancel_requested
+            )
+
+        return await retry_cas(attempt, _MAX_CAS_ATTEMPTS, lambda: PreconditionFailed(
+            f"response {rid!r}: transition to {to_status!r} kept losing the CAS"))
 
     @translate_errors
     async def add_pending_input(self, response_id: str, delta: int) -> ResponseRecord:
         rid = validate_id(response_id, param="response_id")
-        for _ in range(_MAX_CAS_ATTEMPTS):
+
+        async def attempt() -> ResponseRecord:
             record = await self.get(rid)
-            try:
-                return await self.replace(record, pending_input_count=record.pending_input_count + delta)
-            except PreconditionFailed:
-                continue
-        raise PreconditionFailed(f"response {rid!r}: pending input update kept losing the CAS")
+            return await self.replace(record, pending_input_count=record.pending_input_count + delta)
+
+        return await retry_cas(attempt, _MAX_CAS_ATTEMPTS, lambda: PreconditionFailed(
+            f"response {rid!r}: pending input update kept losing the CAS"))
 
     @translate_errors
     async def list_finished_before(self, cutoff_epoch_seconds: float, limit: int) -> list[str]:

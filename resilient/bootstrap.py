@@ -1,0 +1,54 @@
+"""The one place that wires a worker: storage, the instance-local caches, the engine and the service.
+
+Why one place: every process-local cache (the run memo, the kept log writers, the control board, the
+committed feed with its recent-log memory) must be the same object for storage, the engine and the HTTP
+layer of a worker, or one of them would miss what another learnt. :class:`~resilient.engine.instance.
+InstanceCaches` holds them and states what each may see stale; this module builds one per event loop and
+hands it to all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from resilient.agents.base import Agent
+from resilient.engine.activities import Engine
+from resilient.engine.instance import InstanceCaches
+from resilient.engine.repair import Repairer
+from resilient.settings import Settings
+
+if TYPE_CHECKING:
+    from resilient.http.service import DurableRuntime, ResponsesService
+    from resilient.storage.factory import Storage
+
+
+@dataclass
+class Worker:
+    """What one worker event loop runs on: its storage, its caches and its engine."""
+
+    storage: Storage
+    engine: Engine
+    caches: InstanceCaches = field(repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        return self.engine.settings
+
+    def service(self, runtime: DurableRuntime, repairer: Repairer | None = None) -> ResponsesService:
+        """The HTTP endpoints over this worker (cheap: built per request around the request's Durable client)."""
+        from resilient.http.service import ResponsesService
+
+        return ResponsesService(self.storage, runtime, self.settings, repairer=repairer,
+                                on_created=self.engine.remember_created, caches=self.caches)
+
+
+async def bootstrap(settings: Settings, agent: Agent, *, caches: InstanceCaches | None = None) -> Worker:
+    """Open storage over one set of instance caches and build the engine over both.
+
+    The storage SDKs load here, at the first activity or request, not when a new worker indexes the app."""
+    from resilient.storage.factory import open_storage
+
+    caches = caches if caches is not None else InstanceCaches()
+    storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept)
+    return Worker(storage, Engine(storage, agent, settings, caches=caches), caches)

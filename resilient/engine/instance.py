@@ -1,0 +1,78 @@
+"""Everything one instance (worker process) keeps in memory about runs, behind one object.
+
+Each cache is an optimisation that lets this process skip a storage read. None of them is shared with
+other instances, so each may be stale about what another instance did; this is what each may see stale,
+for how long, and why that is still correct:
+
+* ``runs`` (:class:`~resilient.engine.runmemo.RunMemory`): the row, agent request and checkpoints of a
+  run this process drove. The row's ETag goes stale as soon as anyone else writes the row; that only loses
+  a compare-and-swap, which reads again. The memo is trusted only together with the run's kept log writer.
+* ``kept`` (:class:`~resilient.storage.kept.KeptWriters`), the log writers kept between a run's
+  activities: a writer's idea of the end of the log is stale once another instance appends. Appends are
+  fenced on the blob's append position, so a stale writer's append fails without writing and the caller
+  opens a fresh one: staleness costs a retry, never a wrong event.
+* ``controls`` (:class:`~resilient.storage.controls.ControlBoard`): the last control columns (status,
+  cancel flag, pending inputs) seen here. A change made elsewhere is seen by the next read, which a phase
+  makes once its snapshot is older than its control interval: that interval bounds the staleness of a
+  cancel or steer, exactly as a polling phase would.
+* ``feed`` (:class:`~resilient.storage.feed.CommittedFeed`), with the recent-log cache
+  (:mod:`resilient.storage.recent`) inside it: blocks committed here, handed to readers here. A reader
+  polls storage for what other instances write, and a remembered log is a true prefix of the stored log
+  (any block not seen here forgets it; a row check on every reconnect sees deletions elsewhere), served for
+  a bounded time. The "writing here / expected here" marks only pace readers; a wrong one costs latency.
+
+A worker that dies takes all of it with it: its successor reads storage, as any other instance does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from resilient.engine.batching import expect_next_activity, load_factor
+from resilient.engine.runmemo import RunMemory
+from resilient.protocol import events as ev
+from resilient.storage.controls import CONTROLS, ControlBoard
+from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.kept import KeptWriters
+from resilient.storage.ports import CommittedBlock
+
+
+@dataclass
+class InstanceCaches:
+    """The process-local caches of one worker (see the module doc for what each may see stale).
+
+    The feed and the control board default to the process's module-level ones, which storage opened
+    without this object reports to; the run memo and the kept writers are per object. The wiring
+    (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and hands it to storage,
+    the engine and the service alike."""
+
+    feed: CommittedFeed = COMMITTED
+    controls: ControlBoard = CONTROLS
+    runs: RunMemory = field(default_factory=RunMemory)
+    kept: KeptWriters = field(default_factory=KeptWriters)
+
+    def load_factor(self) -> float:
+        """How much time-based paces stretch in this process (see :func:`resilient.engine.batching.load_factor`)."""
+        return load_factor(self.feed)
+
+    def expect_next_activity(self, response_id: str) -> None:
+        """Tell readers here that the run's next activity will probably append in this process soon."""
+        expect_next_activity(response_id, self.feed)
+
+    def run_here(self, response_id: str) -> bool:
+        """A phase of the run streams here, or its next activity is expected here: evidence of a live run."""
+        return self.feed.writing_here(response_id) or self.feed.expected_here(response_id)
+
+    def remembered_log(self, response_id: str, starting_after: int) -> CommittedBlock | None:
+        """A reconnect's first events from this process's memory of the log (a true prefix of the stored log,
+        see ``resilient/storage/recent.py``), when that prefix is the whole log (it ends with the terminal
+        event) or the run is being written here (the rest then arrives through the feed). Otherwise None: the
+        first events are read from storage. The response's row is checked either way."""
+        block = self.feed.recent(response_id, starting_after)
+        if block is None or not block.events:
+            return None
+        if block.events[-1].type in ev.TERMINAL_EVENT_TYPES:
+            return block
+        if self.run_here(response_id):
+            return block
+        return None

@@ -102,6 +102,7 @@ class RuntimeCore:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._work_poller: Poller | None = None
+        self._work_poller_task: asyncio.Task[Any] | None = None
         self._reserved_slots = 0  # activity slots taken by locally sent activities not started yet
         # a test hook: (activity name, seconds, "kill" | "storage") — that long after the next episode that
         # schedules that activity has sent its messages, before it checkpoints, the whole host dies (a

@@ -62,7 +62,15 @@ class DurableRuntime(Intake, Sessions, Orchestrations, Activities, Entities, Man
                                    self.config.max_polling_interval, self._on_work_items, self.log,
                                    fetch_limit=lambda: self.max_activities - len(self.running_activities) -
                                    self._reserved_slots)
-        self._spawn(self._work_poller.run())
+        self._work_poller_task = self._spawn(self._work_poller.run())
+
+    def stop_taking_work(self) -> None:
+        """Drain mode: poll no queue and take no message any more (work in flight goes on until
+        :meth:`close`)."""
+        self._stopping = True
+        for task in [*self.pollers.values(), self._work_poller_task]:
+            if task is not None:
+                task.cancel()
 
     async def close(self, *, graceful: bool, drain_s: float = 10.0) -> None:
         """Stop dispatching. Graceful: let running work finish (it is told the host stops), give the
@@ -107,6 +115,8 @@ class DurableRuntime(Intake, Sessions, Orchestrations, Activities, Entities, Man
         return {
             "task_hub": self.names.hub,
             "partitions_owned": sorted(self.owned),
+            "leases_stolen": self.leases.stolen,
+            "leases_lost": self.leases.lost,
             "activity_deliveries": dict(c.activity_deliveries),
             "activity_redeliveries": dict(c.activity_redeliveries),
             "activity_completions": dict(c.activity_completions),

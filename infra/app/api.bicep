@@ -28,6 +28,16 @@ param maximumInstanceCount int = 100
 ])
 param instanceMemoryMB int = 2048
 
+// HTTP requests one instance takes at once before Flex Consumption adds an instance. Without it the
+// platform's default for Python applies: one request per instance, so every open SSE stream (a streamed
+// response, or a reader following one) would hold a whole instance. The worker serves HTTP with an async
+// server (FastAPI/uvicorn through the HTTP-streaming extension): a stream waiting for its next event costs
+// no thread, and 50 concurrent runs with 2 readers each met the service's targets on one worker
+// (docs/PERFORMANCE.md, "Capacity model").
+@minValue(1)
+@maxValue(1000)
+param httpPerInstanceConcurrency int = 50
+
 param storageAccountName string
 param deploymentStorageContainerName string
 param applicationInsightsName string
@@ -145,6 +155,11 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        triggers: {
+          http: {
+            perInstanceConcurrency: httpPerInstanceConcurrency
+          }
+        }
       }
       runtime: {
         name: runtimeName

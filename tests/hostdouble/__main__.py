@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from .config import LEASE_TIMINGS_SETTING
 from .protocol import RECYCLE_EXIT_CODE, STARTUP_FAILED_EXIT_CODE
 from .serving import loopback_socket
 
@@ -120,10 +121,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind-redelivery", action="store_true",
                         help="the double's old crash semantics: Durable work whose worker died is sent to the next "
                              "worker again, no worker restart limit (not what the real host does)")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="instances (hosts, each with its worker and worker id) behind one front end on --port")
+    parser.add_argument("--shutdown-timeout", type=int, default=5,
+                        help="with --instances: seconds a draining instance gives its open HTTP requests")
+    parser.add_argument("--lease-timings", default=None, metavar="LEASE,RENEW,ACQUIRE",
+                        help="the double's own option for time-bound tests: partition lease timings in seconds "
+                             "(default 30,10,10 as DTFx; the lease 15-60 s); sets HOSTDOUBLE_LEASE_TIMINGS")
     args = parser.parse_args(argv)
     app_dir = Path(args.app_dir).resolve()
     load_settings(app_dir, args.settings)
+    if args.lease_timings:
+        os.environ[LEASE_TIMINGS_SETTING] = args.lease_timings
     script = args.script or os.environ.get("PYTHON_SCRIPT_FILE_NAME") or "function_app.py"
+    if args.instances < 1:
+        raise SystemExit("--instances must be at least 1")
+    if args.instances > 1:
+        from .scaleout import run_scaled_platform
+
+        sys.exit(run_scaled_platform(str(app_dir), args.port, script, args.kind_redelivery, args.instances,
+                                     args.shutdown_timeout))
     sys.exit(run_platform(str(app_dir), args.port, script, args.kind_redelivery))
 
 

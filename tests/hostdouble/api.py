@@ -29,7 +29,8 @@ from typing import Any
 
 import httpx
 
-from .protocol import READY_LINE
+from .config import LEASE_TIMINGS_SETTING
+from .protocol import INSTANCE_HEADER, READY_LINE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DURABLE_PATH = "/runtime/webhooks/durabletask"
@@ -93,7 +94,8 @@ class HostDouble:
                  env: dict[str, str] | None = None, settings: str | None = "local.settings.json",
                  script: str | None = None, startup_timeout: float = 60.0,
                  log_path: str | os.PathLike[str] | None = None, kind_redelivery: bool = False,
-                 task_hub: str | None = None) -> None:
+                 task_hub: str | None = None, instances: int = 1,
+                 lease_timings: tuple[float, float, float] | None = None, shutdown_timeout: int | None = None) -> None:
         self.app_dir = str(Path(app_dir).resolve())
         self.port = port or free_port()
         self.env = dict(env or {})
@@ -101,6 +103,10 @@ class HostDouble:
         self.script = script
         self.startup_timeout = startup_timeout
         self.kind_redelivery = kind_redelivery
+        self.instances = instances
+        self.shutdown_timeout = shutdown_timeout
+        if lease_timings is not None:  # the double's own option for time-bound tests (README, "Scale-out")
+            self.env[LEASE_TIMINGS_SETTING] = ",".join(f"{float(v):g}" for v in lease_timings)
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.durable_url = f"{self.base_url}{DURABLE_PATH}"
         self._log_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -127,6 +133,10 @@ class HostDouble:
             cmd += ["--script", self.script]
         if self.kind_redelivery:
             cmd.append("--kind-redelivery")
+        if self.instances != 1:
+            cmd += ["--instances", str(self.instances)]
+        if self.shutdown_timeout is not None:
+            cmd += ["--shutdown-timeout", str(self.shutdown_timeout)]
         return cmd
 
     def _process_env(self) -> dict[str, str]:
@@ -223,12 +233,15 @@ class HostDouble:
             self._http = httpx.Client(timeout=10.0)
         return self._http
 
-    def stats(self) -> dict[str, Any]:
-        """``GET /runtime/webhooks/durabletask/_double/stats`` (retried briefly while a host recycles)."""
+    def stats(self, instance: str | None = None) -> dict[str, Any]:
+        """``GET /runtime/webhooks/durabletask/_double/stats`` (retried briefly while a host recycles); with
+        several instances, of ``instance`` (a name from :meth:`list_instances`), else of whichever the front
+        end picks."""
         deadline = time.monotonic() + 30.0
+        headers = {INSTANCE_HEADER: instance} if instance else {}
         while True:
             try:
-                response = self.http.get(f"{self.durable_url}/_double/stats")
+                response = self.http.get(f"{self.durable_url}/_double/stats", headers=headers)
                 response.raise_for_status()
                 result: dict[str, Any] = response.json()
                 return result
@@ -236,6 +249,45 @@ class HostDouble:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    # ---------------------------------------------------------------------------------- several instances
+    def list_instances(self) -> list[dict[str, Any]]:
+        """The platform's instances (``instances`` > 1): name, state (starting, ready, draining, stopped,
+        killed), port, worker id, host pid, requests the front end sent it."""
+        response = self.http.get(f"{self.base_url}/_platform/instances")
+        response.raise_for_status()
+        result: list[dict[str, Any]] = response.json()
+        return result
+
+    def ready_instances(self) -> list[str]:
+        return [i["name"] for i in self.list_instances() if i["state"] == "ready"]
+
+    def add_instance(self) -> str:
+        """Scale out by one instance (a new worker id); returns its name once its host is ready."""
+        response = self.http.post(f"{self.base_url}/_platform/instances", timeout=130.0)
+        response.raise_for_status()
+        return str(response.json()["name"])
+
+    def drain_instance(self, name: str) -> None:
+        """Scale in: the front end stops sending it requests, its host gets SIGTERM and drains."""
+        self.http.post(f"{self.base_url}/_platform/instances/{name}/drain").raise_for_status()
+
+    def kill_instance(self, name: str) -> int | None:
+        """SIGKILL one instance's host (and so its worker): a crashed container. Returns the host's pid."""
+        response = self.http.post(f"{self.base_url}/_platform/instances/{name}/kill")
+        response.raise_for_status()
+        pid = response.json().get("killed_pid")
+        return None if pid is None else int(pid)
+
+    def wait_instance_state(self, name: str, states: tuple[str, ...], timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            last = next((i for i in self.list_instances() if i["name"] == name), {})
+            if last.get("state") in states:
+                return last
+            time.sleep(0.1)
+        raise TimeoutError(f"instance {name} not in {states} after {timeout}s: {last}")
 
     def kill_worker(self, target: str = "now", *, name: str | None = None, delay: float = 0.0) -> Any:
         """SIGKILL the worker: ``now`` (returns its pid), or inside the next ``activity`` (optionally of

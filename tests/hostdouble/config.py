@@ -177,6 +177,7 @@ def durable_config(tree: Mapping[str, Any], env: Mapping[str, str]) -> DurableCo
     # WorkerId: the machine name, or "<stamp>:<role instance>" on App Service (AzureStorageDurabilityProviderFactory).
     stamp, role = env.get("WEBSITE_CURRENT_STAMPNAME"), env.get("RoleInstanceId")
     worker_id = f"{stamp}:{role}" if stamp and role else socket.gethostname()
+    lease, renew, acquire = lease_timings(env)
     raw_activities = _get(section, "maxConcurrentActivityFunctions")
     max_activities = 10 * (os.cpu_count() or 1) if raw_activities is None else int(raw_activities)
     if max_activities < 1:
@@ -186,8 +187,30 @@ def durable_config(tree: Mapping[str, Any], env: Mapping[str, str]) -> DurableCo
         control_visibility=span("controlQueueVisibilityTimeout", DEFAULT_VISIBILITY),
         work_item_visibility=span("workItemQueueVisibilityTimeout", DEFAULT_VISIBILITY),
         max_polling_interval=max(span("maxQueuePollingInterval", DEFAULT_MAX_POLLING), timedelta(milliseconds=50)),
-        worker_id=worker_id,
+        worker_id=worker_id, lease_interval=lease, lease_renew_interval=renew, lease_acquire_interval=acquire,
     )
+
+
+LEASE_TIMINGS_SETTING = "HOSTDOUBLE_LEASE_TIMINGS"
+
+
+def lease_timings(env: Mapping[str, str]) -> tuple[timedelta, timedelta, timedelta]:
+    """The partition leases' timings: DTFx's defaults (30 s lease, renewed every 10 s, acquire/balance every
+    10 s), unless ``HOSTDOUBLE_LEASE_TIMINGS="<lease>,<renew>,<acquire>"`` (seconds) shortens them. That is
+    the double's own option for time-bound tests, not a host setting (DTFx takes them from
+    ``AzureStorageOrchestrationServiceSettings``, which the extension does not expose). A blob lease lasts
+    15 to 60 s (Azure Storage's bounds), and the renewal must come well within it."""
+    raw = env.get(LEASE_TIMINGS_SETTING, "").strip()
+    if not raw:
+        return LEASE_INTERVAL, LEASE_RENEW_INTERVAL, LEASE_ACQUIRE_INTERVAL
+    try:
+        lease, renew, acquire = (float(part) for part in raw.split(","))
+    except ValueError:
+        raise ConfigError(f"{LEASE_TIMINGS_SETTING} must be '<lease>,<renew>,<acquire>' seconds, not {raw!r}") from None
+    if not 15 <= lease <= 60 or not 0 < renew <= lease / 2 or acquire <= 0:
+        raise ConfigError(f"{LEASE_TIMINGS_SETTING}: the lease must last 15-60 s, renewed within half of it, "
+                          f"acquired at a positive interval, not {raw!r}")
+    return timedelta(seconds=lease), timedelta(seconds=renew), timedelta(seconds=acquire)
 
 
 def function_timeout(tree: Mapping[str, Any]) -> timedelta | None:

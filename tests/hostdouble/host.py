@@ -34,7 +34,14 @@ from .durable.runtime import DurableRuntime
 from .durable_api import DurableApi
 from .failures import Outcome
 from .forwarding import BrokenStream, FailedBeforeHeaders, Forwarder, NoHeadersInTime
-from .protocol import BINDINGS_HEADER, DURABLE_PREFIX, FUNCTION_HEADER, INVOCATION_HEADER, ROUTE_PARAMS_HEADER
+from .protocol import (
+    BINDINGS_HEADER,
+    DURABLE_PREFIX,
+    FUNCTION_HEADER,
+    INSTANCE_SETTING,
+    INVOCATION_HEADER,
+    ROUTE_PARAMS_HEADER,
+)
 from .routes import RouteError, Router
 from .supervisor import KILL_TARGETS, HostIsStopping, KillPlan, WorkerSupervisor
 from .timers import TimerScheduler
@@ -62,8 +69,12 @@ class _QuietWorkerLost(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], WorkerLost))
 
 
+# one of several instances behind the platform's front end: its lines say which
+_LOG_PREFIX = f"[hostdouble {os.environ[INSTANCE_SETTING]}]" if os.environ.get(INSTANCE_SETTING) else "[hostdouble]"
+
+
 def log(message: str) -> None:
-    print(f"[hostdouble] {message}", file=sys.stderr, flush=True)
+    print(f"{_LOG_PREFIX} {message}", file=sys.stderr, flush=True)
 
 
 def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
@@ -121,7 +132,14 @@ class Host:
                                            semantics=semantics, on_host_stop=self.request_stop)
         self.runtime = DurableRuntime(self, self.config.durable, connection, log)
         self.api = DurableApi(self)
-        self.timers = TimerScheduler(self.runtime.storage, self.config.host_id, log, self._invoke_timer)
+        tree = host_config.read_host_json(app_dir)  # host.json's singleton section (SingletonOptions)
+        lock_period = host_config._get(tree, "singleton", "listenerLockPeriod") or "00:01:00"
+        lock_recovery = host_config._get(tree, "singleton", "listenerLockRecoveryPollingInterval") or "00:01:00"
+        self.instance = os.environ.get(INSTANCE_SETTING) or None  # one of several behind the platform's front end
+        self.timers = TimerScheduler(
+            self.runtime.storage, self.config.host_id, log, self._invoke_timer, singleton=self.instance is not None,
+            lock_period=host_config.parse_timespan(lock_period, "singleton.listenerLockPeriod"),
+            lock_recovery=host_config.parse_timespan(lock_recovery, "singleton.listenerLockRecoveryPollingInterval"))
         self.forwarder = Forwarder(PROXY_IDLE_TIMEOUT)  # HTTP functions' requests, on to the worker
         self.router = Router()
         self.function_errors: dict[str, str] = {}
@@ -154,6 +172,12 @@ class Host:
         if not self.stopped.done():
             self.supervisor.stopping()
             self.stopped.set_result(reason)
+
+    async def drain(self) -> None:
+        """Drain mode (``DrainModeManager.EnableDrainModeAsync``): the listeners stop (timers, Durable
+        pollers) before running HTTP requests get their shutdown timeout."""
+        await self.timers.stop()
+        self.runtime.stop_taking_work()
 
     async def shutdown(self, graceful: bool = True) -> None:
         await self.timers.stop()
@@ -453,6 +477,9 @@ class Host:
                                        "instance_id": i.instance_id, "seconds": round(time.monotonic() - i.started, 3)}
                                       for i in supervisor.invocations.values()],
             "timer_runs": self.timers.runs,
+            "timer_locks_held": sorted(self.timers.locks_held),
+            "instance": self.instance,
+            "worker_id": self.config.durable.worker_id,
             "host_generation": self.host_generation,
             "host_recycles": self.host_generation - 1,
             **runtime,

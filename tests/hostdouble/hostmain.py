@@ -1,7 +1,11 @@
 """The host process, as the platform (``python -m tests.hostdouble``) starts it: one Functions host.
 
 ``python -m tests.hostdouble.hostmain --fd N --port P --app-dir DIR [--script S] [--kind-redelivery]
-[--state-file F] [--host-generation G]``
+[--state-file F] [--host-generation G] [--instance NAME] [--shutdown-timeout S]``
+
+``--port`` is the public port (the one the Durable client's URLs name); with ``--instance`` the host is one
+of several behind the platform's front end on that port, serves on its own socket (``--fd``) and prints
+``INSTANCE_READY_LINE`` instead of ``READY_LINE``.
 
 Serves on the listening socket it inherits (``--fd``), so the port stays open while the platform replaces
 one host with the next. Exit codes: 0 after SIGTERM/SIGINT; ``RECYCLE_EXIT_CODE`` when the host stopped
@@ -19,7 +23,7 @@ import socket
 import sys
 import traceback
 
-from .protocol import READY_LINE, RECYCLE_EXIT_CODE, STARTUP_FAILED_EXIT_CODE
+from .protocol import INSTANCE_READY_LINE, READY_LINE, RECYCLE_EXIT_CODE, STARTUP_FAILED_EXIT_CODE
 from .serving import start_server
 
 
@@ -47,14 +51,20 @@ async def run(args: argparse.Namespace) -> int:
         await host.startup()
         # Kestrel's default keep-alive (130 s): clients with pooled connections (the SDK's aiohttp session,
         # httpx) must not race uvicorn's 5 s default.
-        server, task = await start_server(host.app(), sock, keep_alive_s=130, graceful_s=2, own_signals=True)
+        server, task = await start_server(host.app(), sock, keep_alive_s=130, graceful_s=args.shutdown_timeout,
+                                          own_signals=True)
         ready = True
-        print(READY_LINE.format(port=args.port), flush=True)
+        if args.instance:  # one of several instances behind the platform's front end, which says when all are ready
+            print(INSTANCE_READY_LINE.format(name=args.instance, port=sock.getsockname()[1]), flush=True)
+        else:
+            print(READY_LINE.format(port=args.port), flush=True)
         reason = await host.stopped
         log(f"host stopping ({reason})")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(host.drain(), 5.0)
         server.should_exit = True
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5.0)
+            await asyncio.wait_for(task, args.shutdown_timeout + 3.0)
         return 0 if reason.startswith("signal") else RECYCLE_EXIT_CODE
     except Exception:
         traceback.print_exc()
@@ -73,6 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind-redelivery", action="store_true")
     parser.add_argument("--state-file", default=None)
     parser.add_argument("--host-generation", type=int, default=1)
+    parser.add_argument("--instance", default=None, help="this host's name among several behind a front end")
+    parser.add_argument("--shutdown-timeout", type=int, default=2,
+                        help="seconds open HTTP requests get to finish once the host stops")
     args = parser.parse_args(argv)
     _die_with_parent()
     sys.exit(asyncio.run(run(args)))

@@ -9,8 +9,15 @@
 * the function gets ``{"Schedule": {"AdjustForDST": true}, "ScheduleStatus": {"Last", "Next",
   "LastUpdated"}, "IsPastDue"}``; a failed run is logged and not retried.
 
-Not modelled: the singleton lock that keeps two hosts of one app from both running a timer (the double is
-one host).
+With several instances (``--instances N``) a timer runs on one host at a time, as the host's listener-level
+singleton lock does: the timer listener is ``[Singleton(Mode = SingletonMode.Listener)]``
+(azure-webjobs-sdk-extensions, ``TimerListener``), so the host starts it only while it holds a blob lease on
+``azure-webjobs-hosts/locks/<host id>/Host.Functions.<name>.Listener`` (azure-webjobs-sdk,
+``SingletonManager``, ``BlobLeaseDistributedLockManager``): taken for ``singleton.listenerLockPeriod``
+(60 s), renewed at half of it; a host that did not get it tries again every
+``singleton.listenerLockRecoveryPollingInterval`` (60 s). A host that stops cleanly releases it; one that
+dies keeps it until the lease expires. One host alone takes no lock (nothing to contend with); so the
+pause a real host sees after its own crash, until its dead lock expires, is not modelled there.
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ import asyncio
 import contextlib
 import json
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.storage.blob.aio import BlobLeaseClient
 from croniter import croniter  # type: ignore[import-untyped]
 
 from .config import ConfigError, parse_timespan, resolve_setting_names
@@ -31,6 +40,8 @@ from .durable.store import Storage
 from .failures import Answered, Outcome
 
 HOSTS_CONTAINER = "azure-webjobs-hosts"
+LISTENER_LOCK_PERIOD = timedelta(minutes=1)  # SingletonOptions.ListenerLockPeriod
+LISTENER_LOCK_RECOVERY = timedelta(minutes=1)  # SingletonOptions.ListenerLockRecoveryPollingInterval
 
 
 def next_occurrence(schedule: str, after: datetime) -> datetime:
@@ -55,7 +66,14 @@ class TimerScheduler:
     """One loop per timer-triggered function of the app."""
 
     def __init__(self, storage: Storage, host_id: str, log: Callable[[str], None],
-                 invoke: Callable[[dict[str, Any], dict[str, Any]], Awaitable[Outcome]]) -> None:
+                 invoke: Callable[[dict[str, Any], dict[str, Any]], Awaitable[Outcome]], *,
+                 singleton: bool = False, lock_period: timedelta = LISTENER_LOCK_PERIOD,
+                 lock_recovery: timedelta = LISTENER_LOCK_RECOVERY) -> None:
+        self.singleton = singleton
+        self.lock_period = lock_period
+        self.lock_recovery = lock_recovery
+        self.locks_held: set[str] = set()
+        self._leases: dict[str, BlobLeaseClient] = {}
         self.storage = storage
         self.host_id = host_id
         self.log = log
@@ -99,12 +117,68 @@ class TimerScheduler:
                 continue
             self.runs[meta["name"]] = {"schedule": meta.get("schedule"), "invocations": 0, "past_due": 0,
                                        "last_outcome": None}
-            self._tasks.append(asyncio.create_task(self._loop(meta)))
+            loop = self._locked(meta) if self.singleton else self._loop(meta)
+            self._tasks.append(asyncio.create_task(loop))
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for name, lease in list(self._leases.items()):  # a clean stop gives the listener locks back
+            with contextlib.suppress(Exception):
+                self.storage.calls.add("blob.lease")
+                await lease.release()
+            self._leases.pop(name, None)
+            self.locks_held.discard(name)
+
+    def _lock_blob(self, function: str) -> Any:
+        return self.container.get_blob_client(f"locks/{self.host_id}/Host.Functions.{function}.Listener")
+
+    async def _try_lock(self, function: str) -> BlobLeaseClient | None:
+        blob = self._lock_blob(function)
+        self.storage.calls.add("blob.upload")
+        with contextlib.suppress(ResourceExistsError, HttpResponseError):
+            await blob.upload_blob(b"", overwrite=False)
+        lease = BlobLeaseClient(blob, lease_id=str(uuid.uuid4()))
+        self.storage.calls.add("blob.lease")
+        try:
+            await lease.acquire(lease_duration=int(self.lock_period.total_seconds()))
+        except HttpResponseError:
+            return None  # another host holds it
+        return lease
+
+    async def _locked(self, meta: dict[str, Any]) -> None:
+        """The listener runs only while this host holds its singleton lock (see the module's docstring)."""
+        name = meta["name"]
+        while True:
+            try:
+                lease = await self._try_lock(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.log(f"timer '{name}': singleton lock attempt failed ({type(error).__name__})")
+                lease = None
+            if lease is None:
+                await asyncio.sleep(self.lock_recovery.total_seconds())
+                continue
+            self._leases[name] = lease
+            self.locks_held.add(name)
+            self.log(f"timer '{name}': singleton listener lock acquired; the timer runs on this host")
+            listener = asyncio.create_task(self._loop(meta))
+            try:
+                while True:
+                    await asyncio.sleep(self.lock_period.total_seconds() / 2)
+                    self.storage.calls.add("blob.lease")
+                    try:
+                        await lease.renew()
+                    except HttpResponseError:
+                        self.log(f"timer '{name}': singleton listener lock lost; the timer stops on this host")
+                        break
+            finally:
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
+            self._leases.pop(name, None)
+            self.locks_held.discard(name)
 
     async def _fire(self, meta: dict[str, Any], status: dict[str, Any] | None, past_due: bool) -> None:
         name = meta["name"]

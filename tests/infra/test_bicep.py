@@ -273,7 +273,10 @@ def test_function_app_security_and_flex_config() -> None:
     assert storage["authentication"]["type"] == "UserAssignedIdentity"
     assert storage["authentication"]["userAssignedIdentityResourceId"].text == "identityId"
     assert "storageAccountConnectionStringName" not in storage["authentication"]
-    assert set(cfg["scaleAndConcurrency"]) == {"maximumInstanceCount", "instanceMemoryMB"}
+    assert set(cfg["scaleAndConcurrency"]) == {"maximumInstanceCount", "instanceMemoryMB", "triggers"}
+    # set explicitly: Flex Consumption's default for Python is one HTTP request per instance
+    assert cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"].text == "httpPerInstanceConcurrency"
+    assert api.resolve(cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"]) == 50
     runtime = cfg["runtime"]
     assert api.resolve(runtime["name"]) == "python"
     assert api.resolve(runtime["version"]) == "3.13"

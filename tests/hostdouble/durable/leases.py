@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -42,6 +43,9 @@ class PartitionLeases:
         self.on_lost = on_lost
         self.container = storage.blobs.get_container_client(storage.names.lease_container)
         self.owned: dict[int, BlobLeaseClient] = {}
+        self.stolen = 0  # leases this host took from another live owner
+        self.lost = 0  # leases this host could not renew (stolen from it, or expired)
+        self._next_renew = self._next_take = 0.0
         self._task: asyncio.Task[None] | None = None
 
     def _blob(self, partition: int) -> Any:
@@ -54,64 +58,135 @@ class PartitionLeases:
             with contextlib.suppress(ResourceExistsError):
                 await self._blob(partition).upload_blob(body.encode(), overwrite=False)
 
-    async def _try_take(self, partition: int) -> bool:
-        blob = self._blob(partition)
+    async def _read(self, partition: int) -> tuple[dict[str, Any], bool]:
+        """The lease blob's content (``PartitionId``, ``Owner``, ``Token``) and whether it is leased now."""
         self.storage.calls.add("blob.download")
-        downloaded = await blob.download_blob()
-        content = json.loads((await downloaded.readall()) or b"{}")
-        lease_state = downloaded.properties.lease.state
-        if content.get("Owner") == self.config.worker_id and content.get("Token"):
-            lease = BlobLeaseClient(blob, lease_id=content["Token"])
-            self.storage.calls.add("blob.lease")
-            try:
-                await lease.renew()  # our own lease from before a restart (expired is fine if nobody took it)
-                self.owned[partition] = lease
-                return True
-            except HttpResponseError:
-                pass
-        if lease_state == "leased":
-            return False
-        lease = BlobLeaseClient(blob, lease_id=str(uuid.uuid4()))
-        self.storage.calls.add("blob.lease")
-        try:
-            await lease.acquire(lease_duration=int(self.config.lease_interval.total_seconds()))
-        except HttpResponseError:
-            return False  # someone else was faster
+        downloaded = await self._blob(partition).download_blob()
+        content: dict[str, Any] = json.loads((await downloaded.readall()) or b"{}")
+        return content, downloaded.properties.lease.state == "leased"
+
+    async def _write_owner(self, partition: int, lease: BlobLeaseClient) -> None:
         body = json.dumps({"PartitionId": self.storage.names.control_queue(partition),
                            "Owner": self.config.worker_id, "Token": lease.id})
         self.storage.calls.add("blob.upload")
-        await blob.upload_blob(body.encode(), overwrite=True, lease=lease)
-        self.owned[partition] = lease
-        return True
+        await self._blob(partition).upload_blob(body.encode(), overwrite=True, lease=lease)
 
-    async def _cycle(self) -> None:
+    async def _initialize(self) -> None:
+        """``LeaseCollectionBalancer.InitializeAsync``: every lease whose blob names this worker id as its owner
+        is renewed with the stored token at once (a restart on the same machine keeps its partitions)."""
+        for partition in range(self.config.partition_count):
+            try:
+                content, _ = await self._read(partition)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.log(f"partition {partition}: reading its lease failed ({type(error).__name__})")
+                continue
+            if content.get("Owner") != self.config.worker_id or not content.get("Token"):
+                continue
+            lease = BlobLeaseClient(self._blob(partition), lease_id=content["Token"])
+            self.storage.calls.add("blob.lease")
+            try:
+                await lease.renew()  # expired is fine as long as nobody took it since
+            except HttpResponseError:
+                continue
+            self._gained(partition, lease, "on startup")
+
+    def _gained(self, partition: int, lease: BlobLeaseClient, how: str) -> None:
+        self.owned[partition] = lease
+        self.log(f"acquired the lease of partition {partition} ({self.storage.names.control_queue(partition)}) {how}")
+        self.on_acquired(partition)
+
+    async def _renew_owned(self) -> None:
+        """``LeaseRenewer``: a lease that cannot be renewed (taken by another worker, or gone) is closed:
+        the partition's poller stops. Other storage errors count as renewed, as upstream does."""
         for partition, lease in list(self.owned.items()):
             self.storage.calls.add("blob.lease")
             try:
                 await lease.renew()
             except (HttpResponseError, ResourceNotFoundError) as error:
                 self.owned.pop(partition, None)
-                self.log(f"lost the lease of partition {partition} ({type(error).__name__})")
+                self.lost += 1
+                self.log(f"lost the lease of partition {partition} ({type(error).__name__}: another worker took it, "
+                         "or it expired)")
                 self.on_lost(partition)
+
+    async def _take(self) -> None:
+        """``LeaseCollectionBalancer.TakeLeasesAsync``: count the live leases per owner (this worker counted
+        with 0 if it owns none), target = ceil(partitions / workers) (1 when there are more workers than
+        partitions). Short of the target: take expired or ownerless leases up to it; when there are none,
+        steal **one** lease (``ChangeLease`` with the owner's token) from the worker holding the most, if it
+        holds more than target (target − 1 when two or more are missing)."""
+        me = self.config.worker_id
+        blobs: dict[int, tuple[dict[str, Any], bool]] = {}
         for partition in range(self.config.partition_count):
-            if partition in self.owned:
+            blobs[partition] = await self._read(partition)
+        expired = [p for p, (content, leased) in blobs.items() if not leased or not content.get("Owner")]
+        counts: dict[str, int] = {}
+        for content, leased in blobs.values():
+            if leased and content.get("Owner"):
+                counts[content["Owner"]] = counts.get(content["Owner"], 0) + 1
+        counts.setdefault(me, 0)
+        shards, workers = len(blobs), len(counts)
+        target = math.ceil(shards / workers) if shards > workers else 1
+        needed = target - counts[me]
+        if needed <= 0:
+            return
+        if expired:
+            for partition in expired:
+                if needed == 0:
+                    break
+                if partition in self.owned:
+                    continue
+                lease = BlobLeaseClient(self._blob(partition), lease_id=str(uuid.uuid4()))
+                self.storage.calls.add("blob.lease")
+                try:
+                    await lease.acquire(lease_duration=int(self.config.lease_interval.total_seconds()))
+                    await self._write_owner(partition, lease)
+                except HttpResponseError:
+                    continue  # someone else was faster
+                self._gained(partition, lease, "(expired or free)")
+                needed -= 1
+            return
+        victim, most = "", 0
+        for owner, count in counts.items():  # the first worker with the most leases, as upstream iterates
+            if count > most:
+                victim, most = owner, count
+        if most <= target - (1 if needed > 1 else 0):
+            return
+        for partition, (content, _) in blobs.items():
+            if content.get("Owner") != victim or partition in self.owned:
                 continue
+            lease = BlobLeaseClient(self._blob(partition), lease_id=str(content.get("Token") or ""))
+            self.storage.calls.add("blob.lease")
             try:
-                taken = await self._try_take(partition)
+                await lease.change(proposed_lease_id=str(uuid.uuid4()))  # BlobPartitionLeaseManager.AcquireAsync
+                await self._write_owner(partition, lease)
+            except HttpResponseError:
+                continue  # the owner changed it meanwhile
+            self.stolen += 1
+            self._gained(partition, lease, f"(stolen from {victim}: {most} leases, target {target})")
+            return  # only one lease at a time
+
+    async def _cycle(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_renew:
+            self._next_renew = now + self.config.lease_renew_interval.total_seconds() - 0.05
+            await self._renew_owned()
+        if now >= self._next_take:
+            self._next_take = now + self.config.lease_acquire_interval.total_seconds() - 0.05
+            try:
+                await self._take()
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # storage unreachable: try again next cycle
-                self.log(f"partition {partition}: lease attempt failed ({type(error).__name__})")
-                taken = False
-            if taken:
-                self.log(f"acquired the lease of partition {partition} "
-                         f"({self.storage.names.control_queue(partition)})")
-                self.on_acquired(partition)
+            except Exception as error:  # storage unreachable: try again next time
+                self.log(f"lease balancing failed ({type(error).__name__}: {error})")
 
     async def start(self) -> None:
         """Take what can be taken now (so a fresh host owns its partitions before it says it is ready),
         then keep renewing and acquiring in the background."""
         await self._ensure_blobs()
+        await self._initialize()
         await self._cycle()
         self._task = asyncio.create_task(self._run())
 

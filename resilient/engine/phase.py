@@ -103,7 +103,8 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     phases = steps.known(record.doc, index) if is_open else len(plan) - offset  # this turn's phases so far
 
     if len(checkpoints) > at or (is_open and steps.finished_without_items(record.doc, index)):
-        # a re-delivery of a finished phase: return it, stream nothing
+        # a re-delivery of a finished phase: return it, stream nothing (the runtime re-delivers the run's
+        # current step; a duplicate of an older one is answered too, and its answer is dropped)
         return steps.mark(summary(index, checkpoints[at:], control.cancel_requested,
                                   control.pending_input_count, phases=phases), is_open, len(checkpoints[at:]))
     if control.status in TERMINAL_STATUSES or control.cancel_requested:

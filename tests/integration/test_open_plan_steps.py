@@ -138,3 +138,24 @@ async def test_a_finished_step_delivered_again_answers_from_its_checkpoint(stora
     assert last["final"] == {"status": "completed"}
     again = await Engine(storage, agent, settings).run_phase(rid, 2, finalize=True, position=1)
     assert again["items"] == 1 and len(agent.started) == before + 1
+
+
+class BigState(Counter):
+    """Saves a state far over a Table property's 64 KiB: it is kept in a blob and comes back whole."""
+
+    async def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        self.started.append((context.phase_index, context.state, context.is_recovery))
+        if context.phase_index == 0:
+            yield SaveState({"notes": "n" * 300_000})
+            yield NextStep()
+        else:
+            yield f"kept {len((context.state or {}).get('notes', ''))} characters"
+
+
+async def test_a_large_state_is_kept_in_a_blob_and_handed_back_whole(storage: Storage, settings: Settings) -> None:
+    agent = BigState()
+    rid = await create(storage, settings)
+    results = await drive(Engine(storage, agent, settings), rid)
+    assert results[-1]["final"] == {"status": "completed"}
+    output = await storage.items.list_output_items(rid)
+    assert output[-1]["content"][0]["text"] == "kept 300000 characters"

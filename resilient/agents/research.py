@@ -61,10 +61,13 @@ def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def offline_words(question: str, phase: Phase, index: int, count: int) -> list[str]:
-    """Deterministic pseudo-prose for ``phase``: same inputs, same words (so recovered output is identical)."""
+def offline_words(question: str, phase: Phase, index: int, count: int, earlier: str = "") -> list[str]:
+    """Deterministic pseudo-prose for ``phase``: same inputs, same words (so recovered output is identical).
+    ``earlier``: the chain's previous question, which the first phase of a follow-up turn mentions."""
     seed = hashlib.sha256(f"{question}\x00{phase.name}\x00{index}".encode()).digest()
     words = [f"[{phase.name}]"]
+    if earlier:
+        words += f"Following up on \"{' '.join(earlier.split()[:6])}\":".split()
     topic = " ".join(question.split()[:6]) or "the question"
     words += f"On {topic}:".split()
     i = 0
@@ -128,7 +131,9 @@ class ResearchAgent:
                 yield f"{found.name or 'The tool'} returned: {found.output}\n"
         count = _bounded_int(request.metadata.get("words_per_phase"), 48, 1, 2000)
         delay = self._delay_seconds(request)
-        words = offline_words(request.question(), context.phase, context.phase_index, count)
+        earlier = _previous_question(request) if context.phase_index == 0 else ""
+        earlier = "" if earlier == request.question() else earlier  # a turn that only answers a tool call
+        words = offline_words(request.question(), context.phase, context.phase_index, count, earlier)
         for position, word in enumerate(words):
             if context.should_stop:
                 return
@@ -191,3 +196,15 @@ def _usage(usage: Any) -> Usage:
         cached_tokens=int(getattr(prompt_details, "cached_tokens", 0) or 0),
         reasoning_tokens=int(getattr(completion_details, "reasoning_tokens", 0) or 0),
     )
+
+
+def _previous_question(request: AgentRequest) -> str:
+    """The last user message of the chain's earlier turns (a follow-up turn mentions it), if any."""
+    for item in reversed(request.history):
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            parts = content if isinstance(content, list) else []
+            return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    return ""

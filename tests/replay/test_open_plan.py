@@ -15,7 +15,7 @@ from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import steps
-from tests.replay.harness import History, Replay, drive
+from tests.replay.harness import History
 from tests.replay.vocabulary import Orchestration, calls_of
 
 RID = "resp_openplan"
@@ -53,7 +53,7 @@ def test_the_orchestrator_and_the_engine_agree_on_the_result_keys() -> None:
 
 
 def test_steps_run_until_one_says_it_is_the_last_each_at_its_output_position(handle: Any) -> None:
-    episode = drive(Replay(handle, {"response_id": RID}), agent([1, 2, 0, 1]))
+    episode = Orchestration(handle, {"response_id": RID}).drive(agent([1, 2, 0, 1]))
     assert episode.is_done and episode.error is None
     calls = step_calls(episode)
     assert [c["index"] for c in calls] == [0, 1, 2, 3]
@@ -91,7 +91,7 @@ def test_a_history_written_before_open_plans_replays_unchanged(handle: Any) -> N
             return ("ok", {"status": "completed"})
         raise AssertionError(f"unexpected action {action}")
 
-    calls = step_calls(drive(Replay(handle, {"response_id": RID}), fixed))
+    calls = step_calls(Orchestration(handle, {"response_id": RID}).drive(fixed))
     assert calls == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},
                      {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
 
@@ -105,7 +105,7 @@ def test_an_open_step_that_pauses_for_approval_ends_the_turn(handle: Any) -> Non
                            "items": 1})
         return agent([1, 1])(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID}), pausing)
+    episode = Orchestration(handle, {"response_id": RID}).drive(pausing)
     assert [c["index"] for c in step_calls(episode)] == [0, 1]
     assert episode.output == {"status": "completed"}
 

@@ -8,7 +8,7 @@ from typing import Any
 from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine import orchestrator as orch
-from tests.replay.harness import Replay, drive
+from tests.replay.harness import Replay
 from tests.replay.vocabulary import Orchestration, activity, happy, names
 
 RID = "resp_replaytest"
@@ -23,8 +23,8 @@ def test_first_episode_schedules_only_the_first_phase_which_plans(handle: Any) -
 
 
 def test_each_phase_runs_once_then_finalize(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, happy(3))
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(happy(3))
     assert episode.is_done and episode.error is None
     assert names(episode.actions) == ["run_phase:0", "run_phase:1", "run_phase:2", "finalize_response"]
     assert episode.output == {"status": "completed"}
@@ -34,7 +34,7 @@ def test_each_phase_runs_once_then_finalize(handle: Any) -> None:
 
 
 def test_only_the_last_phase_is_asked_to_conclude_the_run(handle: Any) -> None:
-    episode = drive(Replay(handle, {"response_id": RID}), happy(3))
+    episode = Orchestration(handle, {"response_id": RID}).drive(happy(3))
     phases = [activity(a)[1] for a in episode.actions if activity(a)[0] == "run_phase"]
     assert phases == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},  # the count is not known
                       {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
@@ -48,7 +48,7 @@ def test_a_last_phase_that_concluded_the_run_saves_the_finalize_step(handle: Any
             return ("ok", {"index": args["index"], "stop": None, "phases": 3, **final})
         return happy(3)(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID}), concluded)
+    episode = Orchestration(handle, {"response_id": RID}).drive(concluded)
     assert episode.is_done and episode.error is None
     assert names(episode.actions) == ["run_phase:0", "run_phase:1", "run_phase:2"]
     assert episode.output == {"status": "completed"}
@@ -61,14 +61,14 @@ def test_a_one_phase_plan_is_planned_run_and_concluded_by_one_activity(handle: A
             return ("ok", {"index": 0, "stop": None, "phases": 1, "final": {"status": "completed"}})
         raise AssertionError(f"unexpected action {action}")
 
-    episode = drive(Replay(handle, {"response_id": RID}), one)
+    episode = Orchestration(handle, {"response_id": RID}).drive(one)
     assert episode.is_done and names(episode.actions) == ["run_phase:0"]
     assert episode.output == {"status": "completed"}
 
 
 def test_a_last_phase_that_could_not_conclude_leaves_it_to_the_finalize_step(handle: Any) -> None:
     """The activity's own conclusion failed (it says nothing of ``final``): finalize runs as before."""
-    episode = drive(Replay(handle, {"response_id": RID}), happy(2))
+    episode = Orchestration(handle, {"response_id": RID}).drive(happy(2))
     assert names(episode.actions)[-2:] == ["run_phase:1", "finalize_response"]
     assert activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed"}
 
@@ -102,14 +102,14 @@ def test_crash_with_activity_in_flight_waits_instead_of_rescheduling(handle: Any
 
 
 def test_cancelled_phase_stops_the_plan_and_finalizes_cancelled(handle: Any) -> None:
-    episode = drive(Replay(handle, {"response_id": RID}), happy(4, stop_at=1, stop="cancelled"))
+    episode = Orchestration(handle, {"response_id": RID}).drive(happy(4, stop_at=1, stop="cancelled"))
     assert names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
     assert activity(episode.actions[-1])[1]["status"] == "cancelled"
     assert episode.output == {"status": "cancelled"}
 
 
 def test_steered_phase_completes_early(handle: Any) -> None:
-    episode = drive(Replay(handle, {"response_id": RID}), happy(4, stop_at=2, stop="steered"))
+    episode = Orchestration(handle, {"response_id": RID}).drive(happy(4, stop_at=2, stop="steered"))
     assert names(episode.actions)[-2:] == ["run_phase:2", "finalize_response"]
     assert activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed", "steered": True}
 
@@ -119,7 +119,7 @@ def test_plan_that_finds_a_cancelled_response_goes_straight_to_finalize(handle: 
         name, args = activity(action)
         return ("ok", {"index": 0, "stop": "cancelled"} if name == "run_phase" else {"status": args["status"]})
 
-    episode = drive(Replay(handle, {"response_id": RID}), respond)
+    episode = Orchestration(handle, {"response_id": RID}).drive(respond)
     assert names(episode.actions) == ["run_phase:0", "finalize_response"]
     assert episode.output == {"status": "cancelled"}
 
@@ -133,7 +133,7 @@ def test_transient_failure_is_retried_after_a_durable_timer(handle: Any) -> None
             return ("fail", "storage unavailable")
         return happy(2)(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID}), respond)
+    episode = Orchestration(handle, {"response_id": RID}).drive(respond)
     assert names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "run_phase:1", "finalize_response"]
     assert episode.output == {"status": "completed"}
 
@@ -144,7 +144,7 @@ def test_activity_failing_every_attempt_finalizes_failed(handle: Any) -> None:
             return ("fail", "agent exploded")
         return happy(2)(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID}), respond)
+    episode = Orchestration(handle, {"response_id": RID}).drive(respond)
     asked = names(episode.actions)
     assert asked.count("run_phase:0") == 3 and "run_phase:1" not in asked
     final = activity(episode.actions[-1])[1]
@@ -154,13 +154,13 @@ def test_activity_failing_every_attempt_finalizes_failed(handle: Any) -> None:
 
 
 def test_long_plan_replays_deterministically(handle: Any) -> None:
-    runs = [drive(Replay(handle, {"response_id": RID}), happy(20)) for _ in range(2)]
+    runs = [Orchestration(handle, {"response_id": RID}).drive(happy(20)) for _ in range(2)]
     assert runs[0].actions == runs[1].actions
     assert names(runs[0].actions)[:20] == [f"run_phase:{i}" for i in range(20)]
     # History stays small: a handful of records per phase and no payloads beyond ids and indexes.
-    replay = Replay(handle, {"response_id": RID})
-    drive(replay, happy(20))
-    size = len(json.dumps(replay.history))
+    run = Orchestration(handle, {"response_id": RID})
+    run.drive(happy(20))
+    size = len(json.dumps(run.history))
     assert size < 40_000, size
 
 
@@ -189,8 +189,8 @@ def _locked(answer: dict[str, Any], later: list[tuple[str, Any]] | None = None) 
 
 
 def test_chain_turn_acquires_runs_releases_and_wakes_the_next(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID, "chain_id": "conv_chain"})
-    episode = drive(replay, _locked({"state": "granted"}))
+    run = Orchestration(handle, {"response_id": RID, "chain_id": "conv_chain"})
+    episode = run.drive(_locked({"state": "granted"}))
     assert names(episode.actions) == ["entity:acquire", "run_phase:0", "run_phase:1", "finalize_response",
                                        "entity:release", "wake_next_turn"]
     assert activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
@@ -201,7 +201,7 @@ def test_a_root_turn_owns_its_chains_lock_and_only_releases_it(handle: Any) -> N
     """A stored root turn's first episode schedules its first phase: no entity round trip before it."""
     root = {"response_id": RID, "chain_id": RID, orch.OWNS_LOCK_KEY: True}
     assert names(Replay(handle, root).run().new_actions) == ["run_phase:0"]
-    episode = drive(Replay(handle, root), _locked({"state": "granted"}))
+    episode = Orchestration(handle, root).drive(_locked({"state": "granted"}))
     assert names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response", "entity:release",
                                        "wake_next_turn"]
     assert episode.actions[3]["instanceId"] == f"@chain_lock@{RID}"
@@ -210,8 +210,8 @@ def test_a_root_turn_owns_its_chains_lock_and_only_releases_it(handle: Any) -> N
 def test_a_root_turn_started_without_the_flag_replays_its_acquire(handle: Any) -> None:
     """An execution whose input lacks ``owns_lock`` (started before roots owned their locks, or by an
     older create) takes the lock as its history recorded; the entity grants it to the root at once."""
-    replay = Replay(handle, {"response_id": RID, "chain_id": RID})
-    episode = drive(replay, _locked({"state": "granted"}))
+    run = Orchestration(handle, {"response_id": RID, "chain_id": RID})
+    episode = run.drive(_locked({"state": "granted"}))
     assert names(episode.actions)[:2] == ["entity:acquire", "run_phase:0"]
 
 
@@ -248,7 +248,7 @@ def test_lock_is_released_even_when_the_run_fails(handle: Any) -> None:
             return ("fail", "planner down")
         return _locked({"state": "granted"})(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": "conv_chain"}), respond)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": "conv_chain"}).drive(respond)
     asked = names(episode.actions)
     assert asked[-3:] == ["finalize_response", "entity:release", "wake_next_turn"]
     assert activity(episode.actions[asked.index("finalize_response")])[1]["status"] == "failed"
@@ -260,7 +260,7 @@ def test_lock_is_released_even_when_finalize_keeps_failing(handle: Any) -> None:
             return ("fail", "storage down")
         return _locked({"state": "granted"})(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": "conv_chain"}), respond)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": "conv_chain"}).drive(respond)
     asked = names(episode.actions)
     assert asked.count("finalize_response") == 6
     assert asked[-2:] == ["entity:release", "wake_next_turn"]

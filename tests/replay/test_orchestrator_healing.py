@@ -14,7 +14,6 @@ import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine import orchestrator as orch
-from tests.replay.harness import Replay, drive
 from tests.replay.vocabulary import (  # Script and WORKER_EXIT: tests/unit import them from here too
     NOT_READY,
     TIMEOUT,
@@ -34,21 +33,21 @@ CHAIN = "conv_healing"
 # ---------------------------------------------------------------------------------------------- crash budget
 def test_worker_exit_is_retried_after_a_crash_timer_without_spending_attempts(handle: Any) -> None:
     script = Script(failures={"run_phase:0": [WORKER_EXIT] * 4})
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script)
     assert episode.is_done and episode.error is None
     # Four worker exits, more than the 3 ordinary attempts: each waits a crash timer, none is an attempt.
     assert names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
                                        "run_phase:0", "timer", "run_phase:0", "timer", "run_phase:0",
                                        "run_phase:1", "finalize_response"]
-    assert replay.timer_delays() == [3.0, 6.0, 12.0, 24.0]
+    assert run.timer_delays() == [3.0, 6.0, 12.0, 24.0]
     assert finalize_args(episode.actions)["status"] == "completed"
     assert episode.output == {"status": "completed"}
 
 
 def test_three_worker_crashes_inside_one_phase_still_complete_the_run(handle: Any) -> None:
     script = Script(phases=3, failures={"run_phase:1": [WORKER_EXIT] * 3})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert episode.output == {"status": "completed"}
     assert script.calls == {"run_phase:0": 1, "run_phase:1": 4, "run_phase:2": 1,
                             "finalize_response": 1}
@@ -73,14 +72,14 @@ def test_details_naming_the_worker_exit_exception_count_as_a_crash(handle: Any) 
 @pytest.mark.parametrize("text", [TIMEOUT, NOT_READY])
 def test_timeouts_and_a_worker_not_yet_started_count_as_crashes(handle: Any, text: str) -> None:
     script = Script(failures={"run_phase:0": [text] * 4})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert episode.output == {"status": "completed"}
     assert script.calls["run_phase:0"] == 5
 
 
 def test_an_agent_error_that_mentions_an_exit_code_is_an_ordinary_failure(handle: Any) -> None:
     script = Script(failures={"run_phase:0": ["Activity function 'run_phase' failed: git exited with code 1"] * 3})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert script.calls["run_phase:0"] == orch.PHASE_ATTEMPTS
     assert episode.output == {"status": "failed"}
 
@@ -88,8 +87,8 @@ def test_an_agent_error_that_mentions_an_exit_code_is_an_ordinary_failure(handle
 def test_step_crash_budget_exhausted_ends_failed_finalizes_and_releases_the_lock(handle: Any) -> None:
     script = Script(failures={"run_phase:0": [WORKER_EXIT] * 20},
                     entity={"acquire": {"state": "granted"}, "release": {"released": True, "next": "resp_next"}})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
+    episode = run.drive(script)
     assert episode.is_done and episode.error is None
     assert script.calls["run_phase:0"] == 1 + orch.CRASH_RETRIES_PER_STEP
     final = finalize_args(episode.actions)
@@ -106,7 +105,7 @@ def test_run_crash_budget_spans_the_phases(handle: Any) -> None:
     phase used up its own retries."""
     failures = {f"run_phase:{i}": [WORKER_EXIT] * 2 for i in range(8)}
     script = Script(phases=8, failures=failures)
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert [script.calls.get(f"run_phase:{i}", 0) for i in range(8)] == [3, 3, 3, 3, 3, 1, 0, 0]
     assert finalize_args(episode.actions)["status"] == "failed"
     assert episode.output == {"status": "failed"}
@@ -115,12 +114,12 @@ def test_run_crash_budget_spans_the_phases(handle: Any) -> None:
 def test_ordinary_failures_keep_their_own_attempts_between_crashes(handle: Any) -> None:
     script = Script(failures={"run_phase:0": [WORKER_EXIT, "storage unavailable", WORKER_EXIT,
                                               "storage unavailable"]})
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script)
     assert episode.output == {"status": "completed"}
-    assert replay.timer_delays() == [3.0, 2.0, 6.0, 4.0]  # crash, ordinary, crash, ordinary backoffs
+    assert run.timer_delays() == [3.0, 2.0, 6.0, 4.0]  # crash, ordinary, crash, ordinary backoffs
     failing = Script(failures={"run_phase:0": [WORKER_EXIT, "boom", WORKER_EXIT, "boom", "boom"]})
-    episode = drive(Replay(handle, {"response_id": RID}), failing)
+    episode = Orchestration(handle, {"response_id": RID}).drive(failing)
     assert failing.calls["run_phase:0"] == 5  # 2 crashes + the 3 ordinary attempts
     assert "boom" in finalize_args(episode.actions)["error"]["message"]
 
@@ -128,7 +127,7 @@ def test_ordinary_failures_keep_their_own_attempts_between_crashes(handle: Any) 
 def test_the_planning_phase_and_finalize_are_retried_after_worker_exits_too(handle: Any) -> None:
     script = Script(phases=1, failures={"run_phase:0": [WORKER_EXIT] * 2,
                                         "finalize_response": [WORKER_EXIT] * 4})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert script.calls == {"run_phase:0": 3, "finalize_response": 5}
     assert episode.output == {"status": "completed"}
 
@@ -150,7 +149,7 @@ def test_failing_mark_queued_does_not_keep_the_turn_from_running(handle: Any) ->
 def test_failing_wake_does_not_fail_the_orchestration(handle: Any) -> None:
     script = Script(failures={"wake_next_turn": ["raise_event: 410 Gone"] * 20},
                     entity={"acquire": {"state": "granted"}, "release": {"released": True, "next": "resp_next"}})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
     assert script.calls["wake_next_turn"] == orch.FINALIZE_ATTEMPTS
     assert episode.output == {"status": "completed"}
@@ -158,7 +157,7 @@ def test_failing_wake_does_not_fail_the_orchestration(handle: Any) -> None:
 
 def test_failing_release_does_not_fail_the_orchestration(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "granted"}, "release": "entity exploded"})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
     assert names(episode.actions).count("entity:release") == orch.ENTITY_ATTEMPTS
     assert "wake_next_turn" not in names(episode.actions)
@@ -167,7 +166,7 @@ def test_failing_release_does_not_fail_the_orchestration(handle: Any) -> None:
 
 def test_failing_acquire_ends_the_turn_failed_and_leaves_the_chain(handle: Any) -> None:
     script = Script(entity={"acquire": "entity exploded", "remove": {"removed": False, "next": "resp_next"}})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
     asked = names(episode.actions)
     assert asked.count("entity:acquire") == orch.ENTITY_ATTEMPTS
@@ -179,7 +178,7 @@ def test_failing_acquire_ends_the_turn_failed_and_leaves_the_chain(handle: Any) 
 def test_finalize_failing_for_minutes_still_hands_the_lock_on(handle: Any) -> None:
     script = Script(failures={"finalize_response": ["storage unavailable"] * 20},
                     entity={"acquire": {"state": "granted"}, "release": {"released": True, "next": "resp_next"}})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
     assert script.calls["finalize_response"] == orch.FINALIZE_ATTEMPTS
     assert names(episode.actions)[-2:] == ["entity:release", "wake_next_turn"]
@@ -191,13 +190,13 @@ def test_recheck_heals_a_grant_whose_event_was_lost(handle: Any) -> None:
     script = Script(entity={"acquire": [{"state": "queued", "position": 1, "active": "resp_a"},
                                         {"state": "granted"}],
                             "release": {"released": True, "next": None}})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
+    episode = run.drive(script)
     assert episode.output == {"status": "completed"}
     asked = names(episode.actions)
     assert asked[:7] == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel", "timer",
                          "entity:acquire", "run_phase:0"]
-    assert replay.timer_delays()[0] == orch.LOCK_RECHECK_SECONDS[0]
+    assert run.timer_delays()[0] == orch.LOCK_RECHECK_SECONDS[0]
 
 
 def test_recheck_releases_a_lock_held_by_a_turn_whose_run_is_over(handle: Any) -> None:
@@ -205,7 +204,7 @@ def test_recheck_releases_a_lock_held_by_a_turn_whose_run_is_over(handle: Any) -
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_old"},
                             "release": [{"released": True, "next": RID}, {"released": True, "next": None}]},
                     inspect={"status": "completed", "over": True})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.output == {"status": "completed"}
     asked = names(episode.actions)
     assert asked[4:8] == ["timer", "entity:acquire", "inspect_response", "entity:release"]
@@ -222,14 +221,14 @@ def test_a_turn_with_nothing_ahead_frees_a_finished_holder_at_once(handle: Any) 
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_old"},
                             "release": [{"released": True, "next": RID}, {"released": True, "next": None}]},
                     inspect={"status": "completed", "over": True})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
+    episode = run.drive(script)
     assert episode.output == {"status": "completed"}
     asked = names(episode.actions)
     assert asked[:4] == ["entity:acquire", "inspect_response", "entity:release", "run_phase:0"]
     assert activity(episode.actions[1])[1] == {"response_id": "resp_old"}
     assert script.entity_inputs[1] == ("release", {"response_id": "resp_old"})
-    assert "mark_queued" not in asked and replay.timer_delays() == []
+    assert "mark_queued" not in asked and run.timer_delays() == []
 
 
 def test_a_turn_with_nothing_ahead_still_waits_for_a_running_holder(handle: Any) -> None:
@@ -237,24 +236,24 @@ def test_a_turn_with_nothing_ahead_still_waits_for_a_running_holder(handle: Any)
     then the usual queue: marked queued, waiting for the grant with the first recheck timer."""
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_busy"}},
                     inspect={"status": "in_progress", "over": False})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         return None if kind == ActionType.CREATE_TIMER else script(kind, action, position)
 
-    waiting = drive(replay, respond)
+    waiting = run.drive(respond)
     assert not waiting.is_done
     assert names(waiting.actions) == ["entity:acquire", "inspect_response", "mark_queued", "wait:lock_granted",
                                        "wait:cancel", "timer"]
     assert "entity:release" not in names(waiting.actions)
-    assert replay.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0]]
+    assert run.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0]]
 
 
 def test_recheck_hands_a_stale_lock_to_the_turn_ahead_and_keeps_waiting(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "queued", "position": 2, "active": "resp_old"},
                             "release": {"released": True, "next": "resp_ahead"}},
                     inspect={"status": "completed", "over": True})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
     rounds = {"n": 0}
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
@@ -263,12 +262,12 @@ def test_recheck_hands_a_stale_lock_to_the_turn_ahead_and_keeps_waiting(handle: 
             return ("ok", None) if rounds["n"] == 1 else None  # one recheck, then wait
         return script(kind, action, position)
 
-    waiting = drive(replay, respond)
+    waiting = run.drive(respond)
     assert not waiting.is_done
     assert names(waiting.actions)[4:] == ["timer", "entity:acquire", "inspect_response", "entity:release",
                                            "wake_next_turn", "timer"]
     assert activity(waiting.actions[8])[1] == {"response_id": "resp_ahead"}
-    assert replay.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0], orch.LOCK_RECHECK_SECONDS[1]]
+    assert run.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0], orch.LOCK_RECHECK_SECONDS[1]]
 
 
 def test_recheck_leaves_a_running_holder_alone(handle: Any) -> None:
@@ -339,7 +338,7 @@ def test_repair_execution_first_inspects_then_resumes_from_the_checkpoints(handl
 def test_repair_of_a_run_that_already_ended_only_hands_the_lock_on(handle: Any) -> None:
     script = Script(entity={"remove": {"released": True, "next": "resp_next"}},
                     inspect={"status": "cancelled", "over": False})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 2}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 2}).drive(script)
     assert episode.is_done and episode.error is None
     assert names(episode.actions) == ["inspect_response", "finalize_response", "entity:remove", "wake_next_turn"]
     assert activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
@@ -347,14 +346,14 @@ def test_repair_of_a_run_that_already_ended_only_hands_the_lock_on(handle: Any) 
 
 def test_repair_of_a_response_that_is_gone_leaves_the_chain(handle: Any) -> None:
     script = Script(entity={"remove": {"removed": True, "next": None}}, inspect={"status": "gone", "over": True})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}).drive(script)
     assert names(episode.actions) == ["inspect_response", "finalize_response", "entity:remove"]
 
 
 def test_repair_of_a_queued_turn_queues_again(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_a"}},
                     inspect={"status": "queued", "over": False}, hold_timers=True)
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}).drive(script)
     assert not episode.is_done
     assert names(episode.actions) == ["inspect_response", "entity:acquire", "mark_queued", "wait:lock_granted",
                                        "wait:cancel", "timer"]
@@ -362,7 +361,7 @@ def test_repair_of_a_queued_turn_queues_again(handle: Any) -> None:
 
 def test_repair_whose_inspect_fails_takes_the_normal_path(handle: Any) -> None:
     script = Script(phases=1, failures={"inspect_response": ["storage unavailable"] * 5})
-    episode = drive(Replay(handle, {"response_id": RID, "repair": 1}), script)
+    episode = Orchestration(handle, {"response_id": RID, "repair": 1}).drive(script)
     assert script.calls["inspect_response"] == orch.STEP_ATTEMPTS
     assert names(episode.actions)[-2:] == ["run_phase:0", "finalize_response"]
     assert episode.output == {"status": "completed"}

@@ -14,7 +14,9 @@ Everything here drives the registered orchestrator through the REAL azure-functi
   ``phase(0).completed(phases=3)``, ``phase(1).crashed()`` (its worker process died),
   ``phase(1).failed("storage unavailable")``, ``timer_fired()``, ``entity("acquire").answered({...})``,
   ``raised("lock_granted", {...})`` and ``episode()`` (the next orchestrator episode, e.g. a replay after a
-  restart that brings nothing new).
+  restart that brings nothing new);
+* running the chain-lock entity batch by batch with :class:`Lock` (the host's batch protocol: state kept
+  between batches, operation inputs JSON-encoded twice).
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ def orchestrator() -> Any:
     from tests.fresh_app import fresh_app
 
     return orchestrator_handle(fresh_app(), "responses_orchestrator")
+
+
+def chain_lock_entity() -> Any:
+    """The chain-lock entity's SDK handle, from a freshly imported app."""
+    from tests.fresh_app import fresh_app
+
+    functions = {f.get_function_name(): f for f in fresh_app().get_functions()}
+    return functions["chain_lock"].get_user_function()
 
 
 # -- reading actions ------------------------------------------------------------------------------------
@@ -293,3 +303,26 @@ class _Entity:
 
     def threw(self, message: str) -> None:
         self.story.replay.entity_error(self._position(), message)
+
+
+# -- an entity, batch by batch --------------------------------------------------------------------------
+class Lock:
+    """Plays the Durable host for one entity instance: keeps its state between batches."""
+
+    def __init__(self, handle: Any, key: str = "conv_x") -> None:
+        self.handle, self.key, self.state, self.exists = handle, key, None, False
+
+    def run(self, *operations: tuple[str, Any]) -> list[Any]:
+        batch = [{"name": op, "input": json.dumps(json.dumps(payload))} for op, payload in operations]
+        context = {"self": {"name": "chain_lock", "key": self.key}, "exists": self.exists,
+                   "state": self.state, "batch": batch}
+        out = json.loads(self.handle(json.dumps(context)))
+        self.exists, self.state = out["entityExists"], out["entityState"]
+        results = []
+        for result in out["results"]:
+            assert not result["isError"], result
+            results.append(json.loads(result["result"]))
+        return results
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(json.loads(self.state)) if self.state else {}

@@ -43,7 +43,7 @@ def is_v1_base_url(endpoint: str) -> bool:
 
 def create_client(settings: Settings) -> Any:
     """The async client for the configured endpoint (see the module docstring)."""
-    import openai  # here, not at module level: ~0.4 s that a cold worker without a model must not pay
+    import openai  # here, not at module level: a large import that a cold worker without a model must not pay
 
     endpoint = settings.azure_openai_endpoint or ""
     common: dict[str, Any] = {"timeout": settings.model_timeout_seconds, "max_retries": settings.model_max_retries}

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("resilient.http")
 
 DELETED_MARK = "deleted"  # doc key set by the one DELETE that wins; the row is 404 from then on
-# A running phase sees a cancel within one control poll (0.2 s) plus one agent delta, then checkpoints;
+# A running phase sees a cancel at once when this process handled it, else within one control interval
+# (RESILIENT_CONTROL_INTERVAL_MS × the load factor), plus one agent delta, then checkpoints;
 # the bound covers slow agents and a re-delivered phase (the orchestrator's first retry waits 2 s).
 CANCEL_SETTLE_SECONDS = 10.0
 CANCEL_POLL_SECONDS = 0.05

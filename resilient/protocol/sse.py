@@ -27,7 +27,8 @@ _DATA = b"data: "
 _END = b"\n\n"
 
 
-# One encoder for every frame: ``json.dumps`` with options builds a new encoder per call (~3 µs of ~10).
+# One encoder for every frame: ``json.dumps`` with options builds a new encoder on every call, a large
+# share of a frame's cost (docs/PERFORMANCE.md, "What makes the hot path cheap").
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 

@@ -134,8 +134,8 @@ class StorageClients:
             "connection_timeout": self.retry.connection_timeout_s,
             "read_timeout": self.retry.read_timeout_s,
         }
-        # aiohttp's trust_env makes every request look up proxy variables and ~/.netrc (in a thread pool):
-        # measured as a third of the worker's CPU under load. Opt in with RESILIENT_STORAGE_TRUST_ENV.
+        # aiohttp's trust_env makes every request look up proxy variables and ~/.netrc (in a thread pool), a
+        # cost paid per storage call for a setting few deployments need. Opt in with RESILIENT_STORAGE_TRUST_ENV.
         table_kwargs["use_env_settings"] = blob_kwargs["use_env_settings"] = settings.storage_trust_env
         conn = settings.storage_connection_string
         if conn:

@@ -315,8 +315,8 @@ class BlobEventLog:
         return ReadResult(events=events, cursor=ReadCursor(segment, offset, last_seq))
 
     def _blob(self, name: str) -> BlobClient:
-        """A cached client for a segment: tails poll the same blob many times, and building a BlobClient
-        (pipeline, generated client) per read showed up as a hot spot in the load profile."""
+        """A cached client for a segment: tails poll the same blob many times, and a BlobClient (its pipeline
+        and generated client) costs more to build than many of the reads it serves."""
         client = self._blob_clients.pop(name, None) or self._container.get_blob_client(name)
         self._blob_clients[name] = client  # most recently used last
         while len(self._blob_clients) > BLOB_CLIENT_CACHE:

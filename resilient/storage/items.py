@@ -6,7 +6,7 @@ items (phase index; each output item is that phase's checkpoint), and one ``n`` 
 number of input items so a descending page can be range-read without scanning the partition. A put of
 one input item (most turns) writes its row alone, with ``count`` on it: a single entity write instead of
 a table transaction, whose multipart request and response the SDK builds and parses with the standard
-library's ``email`` package (~5 ms of CPU more per call against Azurite: ``bench/call_cost.py``).
+library's ``email`` package, the costliest part of the call (``bench/call_cost.py`` measures both).
 The item JSON is in ``body``/``body_blob`` (spilled when large, see :mod:`.spill`), its id in
 ``item_id`` (so ``after=<item id>`` can be found by a filter).
 """

@@ -2,8 +2,7 @@
 
 Why: a client that drops usually reconnects within seconds, to the instance that ran its response (one
 instance, or the same one by chance on many). Reading the log back from storage is the slowest step of a
-reconnect (a ranged download, 10-30 ms on Azurite, billed) although this process published every byte of
-it a moment ago.
+reconnect (a ranged download, billed) although this process published every byte of it a moment ago.
 
 Why it is safe: a log is append-only and fenced. A block is remembered only after storage accepted it at
 the stated position (:class:`~resilient.storage.ports.CommittedBlock`), and only while the remembered

@@ -1,7 +1,7 @@
 """Orchestration replay harness: builds Durable history JSON and feeds it to the REAL SDK handle.
 
-This plays the Durable extension's side of the out-of-process protocol (as documented in
-shared/docs/FIELD_NOTES.md and read from azure-functions-durable's TaskOrchestrationExecutor):
+This plays the Durable extension's side of the out-of-process protocol, as azure-functions-durable's
+``TaskOrchestrationExecutor`` (``azure/durable_functions/models/TaskOrchestrationExecutor.py``) reads it:
 each episode starts with ``OrchestratorStarted`` followed by the new events, the whole history is handed
 to the orchestrator's ``handle(context_json)``, and the returned actions are turned into ``TaskScheduled``
 / ``TimerCreated`` / ``EventSent`` records before the episode closes with ``OrchestratorCompleted``.

@@ -12,35 +12,13 @@ from typing import Any
 import pytest
 
 from resilient.engine import chainlock
-from tests.fresh_app import fresh_app
+from tests.replay.vocabulary import Lock, chain_lock_entity
 
 
 @pytest.fixture(scope="module")
 def handle() -> Any:
-    functions = {f.get_function_name(): f for f in fresh_app().get_functions()}
-    return functions["chain_lock"].get_user_function()
-
-
-class Lock:
-    """Plays the Durable host for one entity instance: keeps its state between batches."""
-
-    def __init__(self, handle: Any, key: str = "conv_x") -> None:
-        self.handle, self.key, self.state, self.exists = handle, key, None, False
-
-    def run(self, *operations: tuple[str, Any]) -> list[Any]:
-        batch = [{"name": op, "input": json.dumps(json.dumps(payload))} for op, payload in operations]
-        context = {"self": {"name": "chain_lock", "key": self.key}, "exists": self.exists,
-                   "state": self.state, "batch": batch}
-        out = json.loads(self.handle(json.dumps(context)))
-        self.exists, self.state = out["entityExists"], out["entityState"]
-        results = []
-        for result in out["results"]:
-            assert not result["isError"], result
-            results.append(json.loads(result["result"]))
-        return results
-
-    def snapshot(self) -> dict[str, Any]:
-        return dict(json.loads(self.state)) if self.state else {}
+    """The chain-lock entity's handle (this module's own: the other modules replay the orchestrator)."""
+    return chain_lock_entity()
 
 
 def _rid(name: str) -> dict[str, str]:

@@ -15,24 +15,14 @@ from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine import orchestrator as orch
 from resilient.engine import steps
-from tests.replay.harness import History, Replay, drive, orchestrator_handle
+from tests.replay.harness import History
+from tests.replay.vocabulary import Orchestration, calls_of
 
 RID = "resp_openplan"
 
 
-@pytest.fixture(scope="module")
-def handle() -> Any:
-    from tests.fresh_app import fresh_app
-
-    return orchestrator_handle(fresh_app(), "responses_orchestrator")
-
-
 def step_calls(episode: Any) -> list[dict[str, Any]]:
-    found = []
-    for action in episode.actions:
-        if action["actionType"] == ActionType.CALL_ACTIVITY and action["functionName"] == orch.RUN_PHASE:
-            found.append(json.loads(action["input"]))
-    return found
+    return calls_of(episode.actions, orch.RUN_PHASE)
 
 
 def agent(items_per_step: list[int], *, final: bool = True) -> Any:
@@ -63,7 +53,7 @@ def test_the_orchestrator_and_the_engine_agree_on_the_result_keys() -> None:
 
 
 def test_steps_run_until_one_says_it_is_the_last_each_at_its_output_position(handle: Any) -> None:
-    episode = drive(Replay(handle, {"response_id": RID}), agent([1, 2, 0, 1]))
+    episode = Orchestration(handle, {"response_id": RID}).drive(agent([1, 2, 0, 1]))
     assert episode.is_done and episode.error is None
     calls = step_calls(episode)
     assert [c["index"] for c in calls] == [0, 1, 2, 3]
@@ -73,22 +63,21 @@ def test_steps_run_until_one_says_it_is_the_last_each_at_its_output_position(han
 
 
 def test_a_step_in_flight_when_the_worker_died_is_the_only_one_repeated(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID})
-    replay.run()
-    replay.complete(0, {"index": 0, "stop": None, "phases": 2, "open": True, "items": 1})
-    replay.run()
+    run = Orchestration(handle, {"response_id": RID})
+    run.started()
+    run.phase(0).completed(phases=2, open=True, items=1)
+    run.episode()
     # what the real host records when the worker dies under an activity (see resilient/engine/failures.py)
-    replay.fail(1, reason="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited "
-                "with code 137 (0x89)", details="")
-    assert drive(replay, agent([1, 1])).is_done
-    records = [(e["EventType"], e.get("Name")) for e in replay.history
+    run.phase(1).crashed(reason="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python "
+                         "exited with code 137 (0x89)", details="")
+    assert run.drive(agent([1, 1])).is_done
+    records = [(e["EventType"], e.get("Name")) for e in run.history
                if e["EventType"] in (History.TASK_SCHEDULED, History.TIMER_CREATED)]
     assert records[:4] == [(History.TASK_SCHEDULED, orch.RUN_PHASE), (History.TASK_SCHEDULED, orch.RUN_PHASE),
                            (History.TIMER_CREATED, None), (History.TASK_SCHEDULED, orch.RUN_PHASE)]  # waits out
-    scheduled = [json.loads(e["Input"]) for e in replay.history
-                 if e["EventType"] == History.TASK_SCHEDULED and e.get("Name") == orch.RUN_PHASE]
-    assert [c["index"] for c in scheduled] == [0, 1, 1]  # step 0 never again; step 1 once more
-    assert scheduled[1] == scheduled[2]  # the same step at the same position
+    steps_scheduled = run.scheduled(orch.RUN_PHASE)
+    assert [c["index"] for c in steps_scheduled] == [0, 1, 1]  # step 0 never again; step 1 once more
+    assert steps_scheduled[1] == steps_scheduled[2]  # the same step at the same position
 
 
 def test_a_history_written_before_open_plans_replays_unchanged(handle: Any) -> None:
@@ -102,7 +91,7 @@ def test_a_history_written_before_open_plans_replays_unchanged(handle: Any) -> N
             return ("ok", {"status": "completed"})
         raise AssertionError(f"unexpected action {action}")
 
-    calls = step_calls(drive(Replay(handle, {"response_id": RID}), fixed))
+    calls = step_calls(Orchestration(handle, {"response_id": RID}).drive(fixed))
     assert calls == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},
                      {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
 
@@ -116,7 +105,7 @@ def test_an_open_step_that_pauses_for_approval_ends_the_turn(handle: Any) -> Non
                            "items": 1})
         return agent([1, 1])(kind, action, position)
 
-    episode = drive(Replay(handle, {"response_id": RID}), pausing)
+    episode = Orchestration(handle, {"response_id": RID}).drive(pausing)
     assert [c["index"] for c in step_calls(episode)] == [0, 1]
     assert episode.output == {"status": "completed"}
 
@@ -137,11 +126,11 @@ def test_host_json_stamps_the_orchestrators_version_and_keeps_old_workers_off_ne
 def test_an_instance_of_the_previous_version_replays_under_this_code(handle: Any, version: str) -> None:
     """A history written by the previous orchestrator (no version stamp, or 1.0): a fixed plan, mid-run when
     the new code takes over, finishes exactly as it would have."""
-    replay = Replay(handle, {"response_id": RID, "owns_lock": True}, version=version)
-    replay.run()
-    replay.complete(0, {"index": 0, "stop": None, "phases": 3})
-    replay.run()  # the old code had scheduled phase 1 when the deployment happened
-    replay.complete(1, {"index": 1, "stop": None, "phases": 3})
+    run = Orchestration(handle, {"response_id": RID, "owns_lock": True}, version=version)
+    run.started()
+    run.phase(0).completed(phases=3)
+    run.episode()  # the old code had scheduled phase 1 when the deployment happened
+    run.phase(1).completed(phases=3)
 
     def old_activities(kind: int, action: dict[str, Any], position: int) -> Any:
         args = json.loads(action["input"])
@@ -149,10 +138,9 @@ def test_an_instance_of_the_previous_version_replays_under_this_code(handle: Any
             return ("ok", {"index": args["index"], "stop": None, "phases": 3, "final": {"status": "completed"}})
         return ("ok", {"status": "completed"})
 
-    done = drive(replay, old_activities)
+    done = run.drive(old_activities)
     assert done.is_done and done.error is None and done.output == {"status": "completed"}
-    scheduled = [json.loads(e["Input"]) for e in replay.history
-                 if e["EventType"] == History.TASK_SCHEDULED and e.get("Name") == orch.RUN_PHASE]
-    assert scheduled == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},
-                         {"response_id": RID, "index": 1}, {"response_id": RID, "index": 2, "finalize": True}]
+    assert run.scheduled(orch.RUN_PHASE) == [{"response_id": RID, "index": 0, "plan": True, "finalize": True},
+                                             {"response_id": RID, "index": 1},
+                                             {"response_id": RID, "index": 2, "finalize": True}]
 

@@ -8,121 +8,46 @@ Failed, and the repair path starts a new execution (input ``repair: n``). Each t
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine import orchestrator as orch
-from tests.replay.harness import Replay, drive, orchestrator_handle
+from tests.replay.vocabulary import (  # Script and WORKER_EXIT: tests/unit import them from here too
+    NOT_READY,
+    TIMEOUT,
+    WORKER_EXIT,
+    WORKER_EXIT_DETAILS,
+    Orchestration,
+    Script,
+    activity,
+    finalize_args,
+    names,
+)
 
 RID = "resp_healing"
 CHAIN = "conv_healing"
-WORKER_EXIT = "Activity function '{name}' failed: python exited with code 137 (0x89)"
-TIMEOUT = "Timeout value of 00:30:00 was exceeded by function: Functions.{name}"
-NOT_READY = "Activity function '{name}' failed: Did not find any initialized language workers"
-
-
-@pytest.fixture(scope="module")
-def handle() -> Any:
-    from tests.fresh_app import fresh_app
-
-    return orchestrator_handle(fresh_app(), "responses_orchestrator")
-
-
-def _activity(action: dict[str, Any]) -> tuple[str, Any]:
-    return action["functionName"], json.loads(action["input"])
-
-
-def _names(actions: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for a in actions:
-        kind = a["actionType"]
-        if kind == ActionType.CALL_ACTIVITY:
-            name, args = _activity(a)
-            out.append(f"{name}:{args.get('index', '')}" if name == "run_phase" else name)
-        elif kind == ActionType.CREATE_TIMER:
-            out.append("timer")
-        elif kind == ActionType.CALL_ENTITY:
-            out.append(f"entity:{a['operation']}")
-        elif kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
-            out.append(f"wait:{a['externalEventName']}")
-    return out
-
-
-def _finalize_args(actions: list[dict[str, Any]]) -> dict[str, Any]:
-    (found,) = [_activity(a)[1] for a in actions
-                if a["actionType"] == ActionType.CALL_ACTIVITY and _activity(a)[0] == "finalize_response"]
-    return dict(found)
-
-
-class Script:
-    """A responder for :func:`drive`: activities succeed (``phases`` phases) unless ``failures[name]`` holds
-    texts for their next calls; entity calls answer from ``entity``; timers fire unless ``hold_timers``."""
-
-    def __init__(self, phases: int = 2, failures: dict[str, list[str]] | None = None,
-                 entity: dict[str, Any] | None = None, inspect: dict[str, Any] | None = None,
-                 hold_timers: bool = False, hold_rechecks_of: Replay | None = None) -> None:
-        self.phases = phases
-        self.failures = failures or {}
-        self.entity = entity or {}
-        self.inspect = inspect or {"status": "in_progress", "over": False}
-        self.hold_timers = hold_timers
-        self.rechecks_of = hold_rechecks_of  # leave lock-recheck timers pending, fire retry timers
-        self.calls: dict[str, int] = {}
-        self.entity_inputs: list[tuple[str, Any]] = []
-
-    def __call__(self, kind: int, action: dict[str, Any], position: int) -> Any:
-        if kind == ActionType.CREATE_TIMER:
-            if self.rechecks_of is not None:
-                recheck = self.rechecks_of.timer_delays()[-1] >= orch.LOCK_RECHECK_SECONDS[0]
-                return None if recheck else ("ok", None)
-            return None if self.hold_timers else ("ok", None)
-        if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
-            return None
-        if kind == ActionType.CALL_ENTITY:
-            op = action["operation"]
-            self.entity_inputs.append((op, json.loads(action["input"])))
-            answer = self.entity.get(op, {})
-            if isinstance(answer, list):  # one answer per call, the last one repeats
-                answer = answer.pop(0) if len(answer) > 1 else answer[0]
-            if isinstance(answer, str):
-                return ("fail", answer)
-            return ("ok", answer)
-        name, args = _activity(action)
-        key = f"{name}:{args['index']}" if name == "run_phase" else name
-        self.calls[key] = self.calls.get(key, 0) + 1
-        pending = self.failures.get(key) or self.failures.get(name)
-        if pending:
-            return ("fail", pending.pop(0).format(name=name))
-        if name == "run_phase":  # the first one plans too: every summary says how many phases there are
-            return ("ok", {"index": args["index"], "stop": None, "phases": self.phases})
-        if name == "finalize_response":
-            return ("ok", {"status": args["status"]})
-        if name == "inspect_response":
-            return ("ok", self.inspect)
-        return ("ok", {})
 
 
 # ---------------------------------------------------------------------------------------------- crash budget
 def test_worker_exit_is_retried_after_a_crash_timer_without_spending_attempts(handle: Any) -> None:
     script = Script(failures={"run_phase:0": [WORKER_EXIT] * 4})
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script)
     assert episode.is_done and episode.error is None
     # Four worker exits, more than the 3 ordinary attempts: each waits a crash timer, none is an attempt.
-    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
+    assert names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
                                        "run_phase:0", "timer", "run_phase:0", "timer", "run_phase:0",
                                        "run_phase:1", "finalize_response"]
-    assert replay.timer_delays() == [3.0, 6.0, 12.0, 24.0]
-    assert _finalize_args(episode.actions)["status"] == "completed"
+    assert run.timer_delays() == [3.0, 6.0, 12.0, 24.0]
+    assert finalize_args(episode.actions)["status"] == "completed"
     assert episode.output == {"status": "completed"}
 
 
 def test_three_worker_crashes_inside_one_phase_still_complete_the_run(handle: Any) -> None:
     script = Script(phases=3, failures={"run_phase:1": [WORKER_EXIT] * 3})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert episode.output == {"status": "completed"}
     assert script.calls == {"run_phase:0": 1, "run_phase:1": 4, "run_phase:2": 1,
                             "finalize_response": 1}
@@ -130,31 +55,31 @@ def test_three_worker_crashes_inside_one_phase_still_complete_the_run(handle: An
 
 def test_details_naming_the_worker_exit_exception_count_as_a_crash(handle: Any) -> None:
     """The reason line may not carry the exit code; the details name WorkerProcessExitException."""
-    replay = Replay(handle, {"response_id": RID})
-    replay.run()  # run_phase 0, which plans
-    for attempt in range(4):  # more than the ordinary attempts
-        replay.fail(2 * attempt, reason="Activity function 'run_phase' failed: worker gone",
-                    details="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited")
-        timer = replay.run()
-        assert _names(timer.new_actions) == ["timer"]
-        replay.fire_timer(1 + 2 * attempt, timer.new_actions[0]["fireAt"])
-        again = replay.run()
-        assert _names(again.new_actions) == ["run_phase:0"]
-    replay.complete(8, {"index": 0, "stop": None, "phases": 1})
-    assert _names(replay.run().new_actions) == ["finalize_response"]
+    run = Orchestration(handle, {"response_id": RID})
+    run.started()  # run_phase 0, which plans
+    for _ in range(4):  # more than the ordinary attempts
+        run.phase(0).crashed(reason="Activity function 'run_phase' failed: worker gone",
+                             details=WORKER_EXIT_DETAILS)
+        timer = run.episode()
+        assert names(timer.new_actions) == ["timer"]
+        run.timer_fired()
+        again = run.episode()
+        assert names(again.new_actions) == ["run_phase:0"]
+    run.phase(0).completed(phases=1)
+    assert names(run.episode().new_actions) == ["finalize_response"]
 
 
 @pytest.mark.parametrize("text", [TIMEOUT, NOT_READY])
 def test_timeouts_and_a_worker_not_yet_started_count_as_crashes(handle: Any, text: str) -> None:
     script = Script(failures={"run_phase:0": [text] * 4})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert episode.output == {"status": "completed"}
     assert script.calls["run_phase:0"] == 5
 
 
 def test_an_agent_error_that_mentions_an_exit_code_is_an_ordinary_failure(handle: Any) -> None:
     script = Script(failures={"run_phase:0": ["Activity function 'run_phase' failed: git exited with code 1"] * 3})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert script.calls["run_phase:0"] == orch.PHASE_ATTEMPTS
     assert episode.output == {"status": "failed"}
 
@@ -162,16 +87,16 @@ def test_an_agent_error_that_mentions_an_exit_code_is_an_ordinary_failure(handle
 def test_step_crash_budget_exhausted_ends_failed_finalizes_and_releases_the_lock(handle: Any) -> None:
     script = Script(failures={"run_phase:0": [WORKER_EXIT] * 20},
                     entity={"acquire": {"state": "granted"}, "release": {"released": True, "next": "resp_next"}})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
+    episode = run.drive(script)
     assert episode.is_done and episode.error is None
     assert script.calls["run_phase:0"] == 1 + orch.CRASH_RETRIES_PER_STEP
-    final = _finalize_args(episode.actions)
+    final = finalize_args(episode.actions)
     assert final["status"] == "failed" and final["error"]["code"] == "server_error"
     assert "worker process stopped" in final["error"]["message"]
     assert "Traceback" not in final["error"]["message"]
-    assert _names(episode.actions)[-3:] == ["finalize_response", "entity:release", "wake_next_turn"]
-    assert _activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
+    assert names(episode.actions)[-3:] == ["finalize_response", "entity:release", "wake_next_turn"]
+    assert activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
     assert episode.output == {"status": "failed"}
 
 
@@ -180,51 +105,51 @@ def test_run_crash_budget_spans_the_phases(handle: Any) -> None:
     phase used up its own retries."""
     failures = {f"run_phase:{i}": [WORKER_EXIT] * 2 for i in range(8)}
     script = Script(phases=8, failures=failures)
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert [script.calls.get(f"run_phase:{i}", 0) for i in range(8)] == [3, 3, 3, 3, 3, 1, 0, 0]
-    assert _finalize_args(episode.actions)["status"] == "failed"
+    assert finalize_args(episode.actions)["status"] == "failed"
     assert episode.output == {"status": "failed"}
 
 
 def test_ordinary_failures_keep_their_own_attempts_between_crashes(handle: Any) -> None:
     script = Script(failures={"run_phase:0": [WORKER_EXIT, "storage unavailable", WORKER_EXIT,
                                               "storage unavailable"]})
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script)
     assert episode.output == {"status": "completed"}
-    assert replay.timer_delays() == [3.0, 2.0, 6.0, 4.0]  # crash, ordinary, crash, ordinary backoffs
+    assert run.timer_delays() == [3.0, 2.0, 6.0, 4.0]  # crash, ordinary, crash, ordinary backoffs
     failing = Script(failures={"run_phase:0": [WORKER_EXIT, "boom", WORKER_EXIT, "boom", "boom"]})
-    episode = drive(Replay(handle, {"response_id": RID}), failing)
+    episode = Orchestration(handle, {"response_id": RID}).drive(failing)
     assert failing.calls["run_phase:0"] == 5  # 2 crashes + the 3 ordinary attempts
-    assert "boom" in _finalize_args(episode.actions)["error"]["message"]
+    assert "boom" in finalize_args(episode.actions)["error"]["message"]
 
 
 def test_the_planning_phase_and_finalize_are_retried_after_worker_exits_too(handle: Any) -> None:
     script = Script(phases=1, failures={"run_phase:0": [WORKER_EXIT] * 2,
                                         "finalize_response": [WORKER_EXIT] * 4})
-    episode = drive(Replay(handle, {"response_id": RID}), script)
+    episode = Orchestration(handle, {"response_id": RID}).drive(script)
     assert script.calls == {"run_phase:0": 3, "finalize_response": 5}
     assert episode.output == {"status": "completed"}
 
 
 # ------------------------------------------------------------------------------------ failure-safe steps
 def test_failing_mark_queued_does_not_keep_the_turn_from_running(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
     script = Script(failures={"mark_queued": ["storage unavailable"] * 10},
                     entity={"acquire": {"state": "queued", "position": 1, "active": "resp_a"},
-                            "release": {"released": True, "next": None}}, hold_rechecks_of=replay)
-    waiting = drive(replay, script)
+                            "release": {"released": True, "next": None}}, hold_rechecks_of=run.replay)
+    waiting = run.drive(script)
     assert script.calls["mark_queued"] == orch.STEP_ATTEMPTS
-    assert _names(waiting.actions)[-3:] == ["wait:lock_granted", "wait:cancel", "timer"]
-    replay.raise_event("lock_granted", {"granted": True})
-    done = drive(replay, script)
+    assert names(waiting.actions)[-3:] == ["wait:lock_granted", "wait:cancel", "timer"]
+    run.raised("lock_granted", {"granted": True})
+    done = run.drive(script)
     assert done.is_done and done.error is None and done.output == {"status": "completed"}
 
 
 def test_failing_wake_does_not_fail_the_orchestration(handle: Any) -> None:
     script = Script(failures={"wake_next_turn": ["raise_event: 410 Gone"] * 20},
                     entity={"acquire": {"state": "granted"}, "release": {"released": True, "next": "resp_next"}})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
     assert script.calls["wake_next_turn"] == orch.FINALIZE_ATTEMPTS
     assert episode.output == {"status": "completed"}
@@ -232,31 +157,31 @@ def test_failing_wake_does_not_fail_the_orchestration(handle: Any) -> None:
 
 def test_failing_release_does_not_fail_the_orchestration(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "granted"}, "release": "entity exploded"})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions).count("entity:release") == orch.ENTITY_ATTEMPTS
-    assert "wake_next_turn" not in _names(episode.actions)
+    assert names(episode.actions).count("entity:release") == orch.ENTITY_ATTEMPTS
+    assert "wake_next_turn" not in names(episode.actions)
     assert episode.output == {"status": "completed"}
 
 
 def test_failing_acquire_ends_the_turn_failed_and_leaves_the_chain(handle: Any) -> None:
     script = Script(entity={"acquire": "entity exploded", "remove": {"removed": False, "next": "resp_next"}})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
-    names = _names(episode.actions)
-    assert names.count("entity:acquire") == orch.ENTITY_ATTEMPTS
-    assert "run_phase:0" not in names
-    assert names[-3:] == ["finalize_response", "entity:remove", "wake_next_turn"]
-    assert _finalize_args(episode.actions)["status"] == "failed"
+    asked = names(episode.actions)
+    assert asked.count("entity:acquire") == orch.ENTITY_ATTEMPTS
+    assert "run_phase:0" not in asked
+    assert asked[-3:] == ["finalize_response", "entity:remove", "wake_next_turn"]
+    assert finalize_args(episode.actions)["status"] == "failed"
 
 
 def test_finalize_failing_for_minutes_still_hands_the_lock_on(handle: Any) -> None:
     script = Script(failures={"finalize_response": ["storage unavailable"] * 20},
                     entity={"acquire": {"state": "granted"}, "release": {"released": True, "next": "resp_next"}})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.is_done and episode.error is None
     assert script.calls["finalize_response"] == orch.FINALIZE_ATTEMPTS
-    assert _names(episode.actions)[-2:] == ["entity:release", "wake_next_turn"]
+    assert names(episode.actions)[-2:] == ["entity:release", "wake_next_turn"]
     assert episode.output["status"] == "unfinalized"  # the repair path restarts it: its row is still active
 
 
@@ -265,13 +190,13 @@ def test_recheck_heals_a_grant_whose_event_was_lost(handle: Any) -> None:
     script = Script(entity={"acquire": [{"state": "queued", "position": 1, "active": "resp_a"},
                                         {"state": "granted"}],
                             "release": {"released": True, "next": None}})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
+    episode = run.drive(script)
     assert episode.output == {"status": "completed"}
-    names = _names(episode.actions)
-    assert names[:7] == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel", "timer",
+    asked = names(episode.actions)
+    assert asked[:7] == ["entity:acquire", "mark_queued", "wait:lock_granted", "wait:cancel", "timer",
                          "entity:acquire", "run_phase:0"]
-    assert replay.timer_delays()[0] == orch.LOCK_RECHECK_SECONDS[0]
+    assert run.timer_delays()[0] == orch.LOCK_RECHECK_SECONDS[0]
 
 
 def test_recheck_releases_a_lock_held_by_a_turn_whose_run_is_over(handle: Any) -> None:
@@ -279,13 +204,13 @@ def test_recheck_releases_a_lock_held_by_a_turn_whose_run_is_over(handle: Any) -
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_old"},
                             "release": [{"released": True, "next": RID}, {"released": True, "next": None}]},
                     inspect={"status": "completed", "over": True})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN}).drive(script)
     assert episode.output == {"status": "completed"}
-    names = _names(episode.actions)
-    assert names[4:8] == ["timer", "entity:acquire", "inspect_response", "entity:release"]
-    assert _activity(episode.actions[6])[1] == {"response_id": "resp_old"}
+    asked = names(episode.actions)
+    assert asked[4:8] == ["timer", "entity:acquire", "inspect_response", "entity:release"]
+    assert activity(episode.actions[6])[1] == {"response_id": "resp_old"}
     assert script.entity_inputs[2] == ("release", {"response_id": "resp_old"})
-    assert names[8] == "run_phase:0"
+    assert asked[8] == "run_phase:0"
     assert script.entity_inputs[-1] == ("release", {"response_id": RID})
 
 
@@ -296,14 +221,14 @@ def test_a_turn_with_nothing_ahead_frees_a_finished_holder_at_once(handle: Any) 
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_old"},
                             "release": [{"released": True, "next": RID}, {"released": True, "next": None}]},
                     inspect={"status": "completed", "over": True})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
-    episode = drive(replay, script)
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
+    episode = run.drive(script)
     assert episode.output == {"status": "completed"}
-    names = _names(episode.actions)
-    assert names[:4] == ["entity:acquire", "inspect_response", "entity:release", "run_phase:0"]
-    assert _activity(episode.actions[1])[1] == {"response_id": "resp_old"}
+    asked = names(episode.actions)
+    assert asked[:4] == ["entity:acquire", "inspect_response", "entity:release", "run_phase:0"]
+    assert activity(episode.actions[1])[1] == {"response_id": "resp_old"}
     assert script.entity_inputs[1] == ("release", {"response_id": "resp_old"})
-    assert "mark_queued" not in names and replay.timer_delays() == []
+    assert "mark_queued" not in asked and run.timer_delays() == []
 
 
 def test_a_turn_with_nothing_ahead_still_waits_for_a_running_holder(handle: Any) -> None:
@@ -311,24 +236,24 @@ def test_a_turn_with_nothing_ahead_still_waits_for_a_running_holder(handle: Any)
     then the usual queue: marked queued, waiting for the grant with the first recheck timer."""
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_busy"}},
                     inspect={"status": "in_progress", "over": False})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, orch.NOTHING_AHEAD_KEY: True})
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         return None if kind == ActionType.CREATE_TIMER else script(kind, action, position)
 
-    waiting = drive(replay, respond)
+    waiting = run.drive(respond)
     assert not waiting.is_done
-    assert _names(waiting.actions) == ["entity:acquire", "inspect_response", "mark_queued", "wait:lock_granted",
+    assert names(waiting.actions) == ["entity:acquire", "inspect_response", "mark_queued", "wait:lock_granted",
                                        "wait:cancel", "timer"]
-    assert "entity:release" not in _names(waiting.actions)
-    assert replay.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0]]
+    assert "entity:release" not in names(waiting.actions)
+    assert run.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0]]
 
 
 def test_recheck_hands_a_stale_lock_to_the_turn_ahead_and_keeps_waiting(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "queued", "position": 2, "active": "resp_old"},
                             "release": {"released": True, "next": "resp_ahead"}},
                     inspect={"status": "completed", "over": True})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
     rounds = {"n": 0}
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
@@ -337,18 +262,18 @@ def test_recheck_hands_a_stale_lock_to_the_turn_ahead_and_keeps_waiting(handle: 
             return ("ok", None) if rounds["n"] == 1 else None  # one recheck, then wait
         return script(kind, action, position)
 
-    waiting = drive(replay, respond)
+    waiting = run.drive(respond)
     assert not waiting.is_done
-    assert _names(waiting.actions)[4:] == ["timer", "entity:acquire", "inspect_response", "entity:release",
+    assert names(waiting.actions)[4:] == ["timer", "entity:acquire", "inspect_response", "entity:release",
                                            "wake_next_turn", "timer"]
-    assert _activity(waiting.actions[8])[1] == {"response_id": "resp_ahead"}
-    assert replay.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0], orch.LOCK_RECHECK_SECONDS[1]]
+    assert activity(waiting.actions[8])[1] == {"response_id": "resp_ahead"}
+    assert run.timer_delays() == [orch.LOCK_RECHECK_SECONDS[0], orch.LOCK_RECHECK_SECONDS[1]]
 
 
 def test_recheck_leaves_a_running_holder_alone(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_busy"}},
                     inspect={"status": "in_progress", "over": False})
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
     fired = {"n": 0}
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
@@ -357,15 +282,15 @@ def test_recheck_leaves_a_running_holder_alone(handle: Any) -> None:
             return ("ok", None) if fired["n"] <= 6 else None
         return script(kind, action, position)
 
-    waiting = drive(replay, respond)
+    waiting = run.drive(respond)
     assert not waiting.is_done
-    names = _names(waiting.actions)
-    assert names.count("entity:acquire") == 1 + 6 and names.count("inspect_response") == 6  # asked each round
-    assert "entity:release" not in names
-    assert replay.timer_delays() == [15.0, 30.0, 60.0, 120.0, 300.0, 300.0, 300.0]
-    replay.raise_event("lock_granted", {"granted": True})
+    asked = names(waiting.actions)
+    assert asked.count("entity:acquire") == 1 + 6 and asked.count("inspect_response") == 6  # asked each round
+    assert "entity:release" not in asked
+    assert run.timer_delays() == [15.0, 30.0, 60.0, 120.0, 300.0, 300.0, 300.0]
+    run.raised("lock_granted", {"granted": True})
     script.entity["release"] = {"released": True, "next": None}
-    done = drive(replay, script)
+    done = run.drive(script)
     assert done.output == {"status": "completed"}
 
 
@@ -373,73 +298,72 @@ def test_recheck_leaves_a_running_holder_alone(handle: Any) -> None:
 def test_a_grant_and_the_recheck_timer_landing_in_one_episode_do_not_fail_the_orchestration(
         handle: Any, grant_first: bool) -> None:
     """Both orders within one episode: the first one wins (the SDK raises if a fired timer is cancelled)."""
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN})
-    replay.run()
-    replay.entity_result(0, {"state": "queued", "position": 1, "active": "resp_a"})
-    waiting = replay.run()
-    replay.complete(1, {"queued": True})
-    waiting = replay.run()
-    assert _names(waiting.new_actions) == ["wait:lock_granted", "wait:cancel", "timer"]
-    timer_position = len(waiting.actions) - 1
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN})
+    run.started()
+    run.entity("acquire").answered({"state": "queued", "position": 1, "active": "resp_a"})
+    waiting = run.episode()
+    run.activity("mark_queued").returned({"queued": True})
+    waiting = run.episode()
+    assert names(waiting.new_actions) == ["wait:lock_granted", "wait:cancel", "timer"]
     if grant_first:
-        replay.raise_event("lock_granted", {"granted": True})
-    replay.fire_timer(timer_position, waiting.actions[-1]["fireAt"])
+        run.raised("lock_granted", {"granted": True})
+    run.timer_fired()
     if not grant_first:
-        replay.raise_event("lock_granted", {"granted": True})
-    after = replay.run()
+        run.raised("lock_granted", {"granted": True})
+    after = run.episode()
     assert after.error is None and not after.is_done
-    assert _names(after.new_actions) == (["run_phase:0"] if grant_first else ["entity:acquire"])
+    assert names(after.new_actions) == (["run_phase:0"] if grant_first else ["entity:acquire"])
 
 
 # ---------------------------------------------------------------------------------- repair executions
 def test_repair_execution_first_inspects_then_resumes_from_the_checkpoints(handle: Any) -> None:
     """The new execution's first episode asks only for inspect; the phases follow, the first planning again
     (the activities return the stored plan and checkpointed phases without streaming them again)."""
-    replay = Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1})
-    first = replay.run()
-    assert _names(first.new_actions) == ["inspect_response"]
-    replay.complete(0, {"status": "in_progress", "over": False})
-    second = replay.run()
-    assert _names(second.new_actions) == ["entity:acquire"]
+    run = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1})
+    first = run.started()
+    assert names(first.new_actions) == ["inspect_response"]
+    run.activity("inspect_response").returned({"status": "in_progress", "over": False})
+    second = run.episode()
+    assert names(second.new_actions) == ["entity:acquire"]
     script = Script(phases=3, entity={"acquire": {"state": "granted"},
                                       "release": {"released": True, "next": "resp_next"}})
-    replay.entity_result(1, {"state": "granted"})  # acquire is idempotent for the holder: granted again
-    done = drive(replay, script)
-    assert _names(done.actions) == ["inspect_response", "entity:acquire", "run_phase:0", "run_phase:1",
-                                    "run_phase:2", "finalize_response", "entity:release", "wake_next_turn"]
-    assert _activity(done.actions[-1])[1] == {"response_id": "resp_next"}  # the lock is handed on
+    run.entity("acquire").answered({"state": "granted"})  # acquire is idempotent for the holder: granted again
+    done = run.drive(script)
+    assert names(done.actions) == ["inspect_response", "entity:acquire", "run_phase:0", "run_phase:1",
+                                   "run_phase:2", "finalize_response", "entity:release", "wake_next_turn"]
+    assert activity(done.actions[-1])[1] == {"response_id": "resp_next"}  # the lock is handed on
     assert done.output == {"status": "completed"}
 
 
 def test_repair_of_a_run_that_already_ended_only_hands_the_lock_on(handle: Any) -> None:
     script = Script(entity={"remove": {"released": True, "next": "resp_next"}},
                     inspect={"status": "cancelled", "over": False})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 2}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 2}).drive(script)
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions) == ["inspect_response", "finalize_response", "entity:remove", "wake_next_turn"]
-    assert _activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
+    assert names(episode.actions) == ["inspect_response", "finalize_response", "entity:remove", "wake_next_turn"]
+    assert activity(episode.actions[-1])[1] == {"response_id": "resp_next"}
 
 
 def test_repair_of_a_response_that_is_gone_leaves_the_chain(handle: Any) -> None:
     script = Script(entity={"remove": {"removed": True, "next": None}}, inspect={"status": "gone", "over": True})
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}), script)
-    assert _names(episode.actions) == ["inspect_response", "finalize_response", "entity:remove"]
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}).drive(script)
+    assert names(episode.actions) == ["inspect_response", "finalize_response", "entity:remove"]
 
 
 def test_repair_of_a_queued_turn_queues_again(handle: Any) -> None:
     script = Script(entity={"acquire": {"state": "queued", "position": 1, "active": "resp_a"}},
                     inspect={"status": "queued", "over": False}, hold_timers=True)
-    episode = drive(Replay(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}), script)
+    episode = Orchestration(handle, {"response_id": RID, "chain_id": CHAIN, "repair": 1}).drive(script)
     assert not episode.is_done
-    assert _names(episode.actions) == ["inspect_response", "entity:acquire", "mark_queued", "wait:lock_granted",
+    assert names(episode.actions) == ["inspect_response", "entity:acquire", "mark_queued", "wait:lock_granted",
                                        "wait:cancel", "timer"]
 
 
 def test_repair_whose_inspect_fails_takes_the_normal_path(handle: Any) -> None:
     script = Script(phases=1, failures={"inspect_response": ["storage unavailable"] * 5})
-    episode = drive(Replay(handle, {"response_id": RID, "repair": 1}), script)
+    episode = Orchestration(handle, {"response_id": RID, "repair": 1}).drive(script)
     assert script.calls["inspect_response"] == orch.STEP_ATTEMPTS
-    assert _names(episode.actions)[-2:] == ["run_phase:0", "finalize_response"]
+    assert names(episode.actions)[-2:] == ["run_phase:0", "finalize_response"]
     assert episode.output == {"status": "completed"}
 
 

@@ -3,7 +3,6 @@ azure-functions-durable SDK on built histories (nothing of the SDK is mocked).""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -12,33 +11,11 @@ from azure.durable_functions.models.actions.ActionType import ActionType
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType as History
 
 from resilient.engine import orchestrator as orch
-from tests.replay.harness import Replay, drive, orchestrator_handle
+from tests.replay.harness import Replay
+from tests.replay.vocabulary import Orchestration, activity, names
 
 RID = "resp_toolsreplay"
 RATE_LIMITED = {"code": "rate_limit_exceeded", "message": "Rate limit reached. Retry after 30 seconds."}
-
-
-@pytest.fixture(scope="module")
-def handle() -> Any:
-    from tests.fresh_app import fresh_app
-
-    return orchestrator_handle(fresh_app(), "responses_orchestrator")
-
-
-def _activity(action: dict[str, Any]) -> tuple[str, Any]:
-    assert action["actionType"] == ActionType.CALL_ACTIVITY
-    return action["functionName"], json.loads(action["input"])
-
-
-def _names(actions: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for a in actions:
-        if a["actionType"] == ActionType.CALL_ACTIVITY:
-            name, args = _activity(a)
-            out.append(f"{name}:{args.get('index', '')}" if name == "run_phase" else name)
-        elif a["actionType"] == ActionType.CREATE_TIMER:
-            out.append("timer")
-    return out
 
 
 def _timer_waits(replay: Replay) -> list[float]:
@@ -64,7 +41,7 @@ def script(phases: int, answers: dict[int, list[dict[str, Any]]]) -> Any:
 
     def respond(kind: int, action: dict[str, Any], position: int) -> Any:
         if kind == ActionType.CALL_ACTIVITY:
-            name, args = _activity(action)
+            name, args = activity(action)
             if name == "run_phase":  # the first one plans too: its summaries say how many phases there are
                 index = args["index"]
                 seen = calls.get(index, 0)
@@ -82,49 +59,49 @@ def script(phases: int, answers: dict[int, list[dict[str, Any]]]) -> Any:
 
 @pytest.mark.parametrize("reason", ["paused", "tool_calls"])
 def test_a_turn_ending_in_calls_or_approval_completes_without_further_phases(handle: Any, reason: str) -> None:
-    episode = drive(Replay(handle, {"response_id": RID}), script(4, {1: [{"index": 1, "stop": reason}]}))
+    episode = Orchestration(handle, {"response_id": RID}).drive(script(4, {1: [{"index": 1, "stop": reason}]}))
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
-    assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed", "ended": reason}
+    assert names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
+    assert activity(episode.actions[-1])[1] == {"response_id": RID, "status": "completed", "ended": reason}
 
 
 def test_retry_after_waits_that_long_on_a_durable_timer_then_runs_the_phase_again(handle: Any) -> None:
     answers = {0: [{"index": 0, "retry_after": 30, "error": RATE_LIMITED}, {"index": 0, "stop": None}]}
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script(2, answers))
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script(2, answers))
     assert episode.is_done and episode.error is None
-    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "run_phase:1",
+    assert names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "run_phase:1",
                                        "finalize_response"]
-    assert _timer_waits(replay) == [30.0]
-    assert _activity(episode.actions[-1])[1]["status"] == "completed"
+    assert _timer_waits(run.replay) == [30.0]
+    assert activity(episode.actions[-1])[1]["status"] == "completed"
 
 
 def test_retry_after_is_capped_per_wait_and_bounded_per_phase(handle: Any) -> None:
     """A 3600 s Retry-After is honoured up to the cap; waits stop once the budget would be exceeded and
     the response fails with the phase's own error (the model's message), not a generic one."""
     answers = {0: [{"index": 0, "retry_after": 3600, "error": RATE_LIMITED}]}
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script(2, answers))
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script(2, answers))
     assert episode.is_done and episode.error is None
     waits = int(orch.MODEL_WAIT_BUDGET_SECONDS // orch.MODEL_WAIT_CAP_SECONDS)
-    assert waits >= 2 and _timer_waits(replay) == [orch.MODEL_WAIT_CAP_SECONDS] * waits
-    assert _names(episode.actions) == (["run_phase:0", "timer"] * waits
+    assert waits >= 2 and _timer_waits(run.replay) == [orch.MODEL_WAIT_CAP_SECONDS] * waits
+    assert names(episode.actions) == (["run_phase:0", "timer"] * waits
                                        + ["run_phase:0", "finalize_response"])
-    assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "failed", "error": RATE_LIMITED}
+    assert activity(episode.actions[-1])[1] == {"response_id": RID, "status": "failed", "error": RATE_LIMITED}
 
 
 def test_a_tiny_retry_after_still_waits_the_minimum(handle: Any) -> None:
     answers = {0: [{"index": 0, "retry_after": 0, "error": RATE_LIMITED}] * 2 + [{"index": 0, "stop": None}]}
-    replay = Replay(handle, {"response_id": RID})
-    episode = drive(replay, script(1, answers))
-    assert _names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
+    run = Orchestration(handle, {"response_id": RID})
+    episode = run.drive(script(1, answers))
+    assert names(episode.actions) == ["run_phase:0", "timer", "run_phase:0", "timer",
                                        "run_phase:0", "finalize_response"]
-    assert _timer_waits(replay) == [orch.MODEL_WAIT_MIN_SECONDS] * 2
+    assert _timer_waits(run.replay) == [orch.MODEL_WAIT_MIN_SECONDS] * 2
 
 
 def test_a_permanent_agent_error_fails_at_once_with_its_message(handle: Any) -> None:
     denied = {"code": "server_error", "message": "Error code: 401 - Access denied due to invalid key."}
     answers = {1: [{"index": 1, "stop": "failed", "error": denied}]}
-    episode = drive(Replay(handle, {"response_id": RID}), script(3, answers))
-    assert _names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
-    assert _activity(episode.actions[-1])[1] == {"response_id": RID, "status": "failed", "error": denied}
+    episode = Orchestration(handle, {"response_id": RID}).drive(script(3, answers))
+    assert names(episode.actions) == ["run_phase:0", "run_phase:1", "finalize_response"]
+    assert activity(episode.actions[-1])[1] == {"response_id": RID, "status": "failed", "error": denied}

@@ -10,28 +10,15 @@ from typing import Any
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from tests.replay.harness import Replay, drive, orchestrator_handle
+from tests.replay.harness import History
+from tests.replay.vocabulary import Orchestration, name_of
 
 RID = "resp_unstoredreplay"
 GRACE = 90
 
 
-@pytest.fixture(scope="module")
-def handle() -> Any:
-    from tests.fresh_app import fresh_app
-
-    return orchestrator_handle(fresh_app(), "responses_orchestrator")
-
-
 def _name(action: dict[str, Any]) -> str:
-    kind = action["actionType"]
-    if kind == ActionType.CALL_ACTIVITY:
-        return str(action["functionName"])
-    if kind == ActionType.CREATE_TIMER:
-        return "timer"
-    if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
-        return f"wait:{action['externalEventName']}"
-    return f"other:{kind}"
+    return name_of(action, indexes=False) or f"other:{action['actionType']}"
 
 
 def _run(finalize_fails: bool = False) -> Any:
@@ -53,13 +40,12 @@ def _run(finalize_fails: bool = False) -> Any:
     return respond
 
 
-def _fire_retry_timers(replay: Replay, respond: Any) -> Any:
+def _fire_retry_timers(run: Orchestration, respond: Any) -> Any:
     """Drive through finalize's retry timers (they are not the grace timer: no wait is pending yet)."""
-    episode = drive(replay, respond)
+    episode = run.drive(respond)
     while episode.new_actions and [_name(a) for a in episode.new_actions] == ["timer"]:
-        position = len(episode.actions) - 1
-        replay.fire_timer(position, episode.new_actions[0]["fireAt"])
-        episode = drive(replay, respond)
+        run.timer_fired()
+        episode = run.drive(respond)
     return episode
 
 
@@ -68,32 +54,32 @@ def _fire_at(action: dict[str, Any]) -> datetime:
 
 
 def test_store_false_run_waits_for_its_client_then_forgets(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
-                    instance_id=RID)
-    waiting = drive(replay, _run())
+    run = Orchestration(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
+                        instance_id=RID)
+    waiting = run.drive(_run())
     assert not waiting.is_done
     names = [_name(a) for a in waiting.actions]
     assert names == ["run_phase", "run_phase", "finalize_response", "wait:client_done", "timer"]
-    started = max(datetime.fromisoformat(e["Timestamp"].replace("Z", "+00:00")) for e in replay.history
-                  if e["EventType"] == 12)
+    started = max(datetime.fromisoformat(e["Timestamp"].replace("Z", "+00:00")) for e in run.history
+                  if e["EventType"] == History.ORCHESTRATOR_STARTED)
     assert _fire_at(waiting.actions[-1]) - started == timedelta(seconds=GRACE)
-    again = replay.run()  # a replay with nothing new: still waiting, nothing deleted early
+    again = run.episode()  # a replay with nothing new: still waiting, nothing deleted early
     assert again.new_actions == [] and not again.is_done
 
-    replay.raise_event("client_done", {"delivered": True})
-    done = drive(replay, _run())
+    run.raised("client_done", {"delivered": True})
+    done = run.drive(_run())
     assert done.is_done and done.error is None
     assert [_name(a) for a in done.actions][-1] == "forget_response"
     assert done.output == {"status": "completed"}
 
 
 def test_grace_timer_forgets_when_the_client_never_reports(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
-                    instance_id=RID)
-    waiting = drive(replay, _run())
-    timer = waiting.actions[-1]
-    replay.fire_timer(len(waiting.actions) - 1, timer["fireAt"])
-    done = drive(replay, _run())
+    run = Orchestration(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
+                        instance_id=RID)
+    waiting = run.drive(_run())
+    assert name_of(waiting.actions[-1]) == "timer"  # the grace timer
+    run.timer_fired()
+    done = run.drive(_run())
     assert done.is_done
     assert [_name(a) for a in done.actions][-3:] == ["wait:client_done", "timer", "forget_response"]
 
@@ -102,13 +88,13 @@ def test_grace_timer_forgets_when_the_client_never_reports(handle: Any) -> None:
 @pytest.mark.filterwarnings("ignore:Potential duplicate Task completion")
 def test_client_done_before_the_run_ended_is_kept_until_the_end(handle: Any) -> None:
     """A client that left mid-run reports at once; the event waits in the orchestration's queue."""
-    replay = Replay(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
-                    instance_id=RID)
-    first = replay.run()
+    run = Orchestration(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
+                        instance_id=RID)
+    first = run.started()
     assert [_name(a) for a in first.new_actions] == ["run_phase"]
-    replay.complete(0, {"index": 0, "stop": None, "phases": 2})
-    replay.raise_event("client_done", {"delivered": False})
-    done = drive(replay, _run())
+    run.phase(0).completed(phases=2)
+    run.raised("client_done", {"delivered": False})
+    done = run.drive(_run())
     assert done.is_done
     names = [_name(a) for a in done.actions]
     assert names.index("finalize_response") < names.index("forget_response")
@@ -116,19 +102,18 @@ def test_client_done_before_the_run_ended_is_kept_until_the_end(handle: Any) -> 
 
 
 def test_data_is_forgotten_even_when_finalize_keeps_failing(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
-                    instance_id=RID)
-    waiting = _fire_retry_timers(replay, _run(finalize_fails=True))
+    run = Orchestration(handle, {"response_id": RID, "chain_id": None, "forget_after_seconds": GRACE},
+                        instance_id=RID)
+    waiting = _fire_retry_timers(run, _run(finalize_fails=True))
     assert [_name(a) for a in waiting.new_actions] == ["wait:client_done", "timer"]
-    replay.raise_event("client_done", {"delivered": False})
-    done = drive(replay, _run(finalize_fails=True))
+    run.raised("client_done", {"delivered": False})
+    done = run.drive(_run(finalize_fails=True))
     assert done.is_done and done.output["status"] == "unfinalized"
     assert [_name(a) for a in done.actions][-1] == "forget_response"
 
 
 def test_a_stored_run_never_waits_and_never_forgets(handle: Any) -> None:
-    replay = Replay(handle, {"response_id": RID, "chain_id": None}, instance_id=RID)
-    done = drive(replay, _run())
+    done = Orchestration(handle, {"response_id": RID, "chain_id": None}, instance_id=RID).drive(_run())
     assert done.is_done
     names = [_name(a) for a in done.actions]
     assert "forget_response" not in names and "wait:client_done" not in names and "timer" not in names

@@ -334,8 +334,10 @@ class Durable:
         if name == orch.RUN_PHASE:
             if args.get("plan"):
                 self.plan_order.append(rid)
+            position = args.get("position")  # an open plan's step: where its items start
             return await engine.run_phase(rid, int(args["index"]), finalize=bool(args.get("finalize", False)),
-                                          plan=bool(args.get("plan", False)))
+                                          plan=bool(args.get("plan", False)),
+                                          position=int(position) if position is not None else None)
         if name == orch.FINALIZE:
             return await engine.finalize(rid, args)
         if name == orch.MARK_QUEUED:

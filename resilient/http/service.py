@@ -219,9 +219,9 @@ class ResponsesService:
         except NotFound:
             previous = None
         if previous is None or not previous.doc.get("store", True) or previous.doc.get(DELETED_MARK):
-            raise errors.ApiError(404, errors.INVALID_REQUEST,
-                                  f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
-                                  code=errors.CODE_NOT_FOUND, param="previous_response_id")
+            raise errors.invalid_request(  # 400, as the OpenAI API answers (not 404: the route exists)
+                f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
+                code=errors.CODE_PREVIOUS_RESPONSE_NOT_FOUND, param="previous_response_id")
         chain = previous.doc.get("chain_id") or previous.response_id
         return str(chain), previous.response_id
 
@@ -378,10 +378,9 @@ class ResponsesService:
         try:
             record = await self._stored(response_id)
             if not record.doc.get("background", False):
-                raise errors.conflict(
-                    errors.CODE_BACKGROUND_REQUIRED,
+                raise errors.invalid_request(
                     "Streaming a stored response is only possible for responses created with background=true.",
-                    param="stream")
+                    code=errors.CODE_BACKGROUND_REQUIRED, param="stream")
         except BaseException:
             if first_read is not None:
                 first_read.cancel()
@@ -484,8 +483,8 @@ class ResponsesService:
         that has not started (``queued``) has no output to wait for and is cancelled at once."""
         record = await self._stored(response_id)
         if not record.doc.get("background", False):
-            raise errors.conflict(errors.CODE_BACKGROUND_REQUIRED,
-                                  "Only responses created with background=true can be cancelled.", param="response_id")
+            raise errors.invalid_request("Only responses created with background=true can be cancelled.",
+                                         code=errors.CODE_BACKGROUND_REQUIRED, param="response_id")
         if record.status == "cancelled":
             return HttpResult(200, await self._response(response_id, record))
         if record.status in TERMINAL_STATUSES:

@@ -492,9 +492,9 @@ class CreateResponseRequest(BaseModel):
         tools = [_parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
         seen: set[str] = set()
         for i, tool in enumerate(tools):
-            if tool.name in seen:  # 409: a rule between items that docs/openapi.yaml cannot state (no 400)
+            if tool.name in seen:  # a rule between items that docs/openapi.yaml cannot state; OpenAI: 400
                 _fail(f"tools[{i}].name", errors.CODE_DUPLICATE_TOOL_NAME,
-                      f"{errors.echo(tool.name)}: tool names must be unique.", status=409)
+                      f"{errors.echo(tool.name)}: tool names must be unique.")
             seen.add(tool.name)
         return tools
 
@@ -552,10 +552,9 @@ class CreateResponseRequest(BaseModel):
         if self.tool_choice == "required" and not names:
             _fail_value("tool_choice", "'required' needs at least one tool in 'tools'.")
         if isinstance(self.tool_choice, dict) and self.tool_choice["name"] not in names:
-            # A reference that names nothing is a 404, as for an unknown previous_response_id: a
-            # cross-reference inside the body is the one rule docs/openapi.yaml cannot express.
-            _fail("tool_choice.name", errors.CODE_NOT_FOUND,
-                  f"No tool named {errors.echo(self.tool_choice['name'])} in 'tools'.", status=404)
+            # A cross-reference inside the body, which docs/openapi.yaml cannot express; OpenAI: 400.
+            _fail("tool_choice.name", errors.CODE_INVALID_VALUE,
+                  f"No tool named {errors.echo(self.tool_choice['name'])} in 'tools'.")
         continuing = self.previous_response_id is not None or self.conversation is not None
         approvals = 0
         for i, item in enumerate(self.items()):

@@ -9,11 +9,13 @@ cold instance would otherwise spend before it can even be indexed).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from resilient import logs
 from resilient.agents.base import Agent
+from resilient.engine import resume_notice
 from resilient.engine.activities import Engine
 from resilient.settings import Settings
 
@@ -54,4 +56,5 @@ async def engine() -> Engine:
             settings = Settings.from_env()
             found = Engine(await open_storage(settings), _agent_factory(settings), settings)
             _engines[key] = found
+            resume_notice.announce_once(found.storage, settings, time.time())  # one line, if runs resume
     return found

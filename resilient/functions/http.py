@@ -32,6 +32,9 @@ from resilient.storage.errors import NotFound
 
 log = logging.getLogger("resilient.http")
 HEALTH_PROBE_ID = "resp_healthprobe"  # never issued (issued ids carry 48 hex digits)
+# The bare root and nothing else: an optional segment that, when present, must be empty. (An empty route
+# would default to the function's name.)
+ROOT_ROUTE = "{root:regex(^$)?}"
 
 
 async def _service(binding: str) -> ResponsesService:
@@ -145,11 +148,10 @@ def http_blueprint() -> DurableBlueprint:
         status, body = await health(Settings.from_env, _storage_answers)
         return _to_response(HttpResult(status, body, headers={"Cache-Control": "no-store"}), req)
 
-    @bp.route(route="{*path}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    @bp.route(route=ROOT_ROUTE, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
     async def api_root(req: Request) -> Response:
-        """``GET /`` points to the API; any other GET that no function takes is the OpenAI-shaped 404."""
-        if req.url.path.strip("/"):
-            return _not_found(req)
+        """``GET /`` points to the API. Only the bare root: a catch-all here would also take the host's
+        own ``/admin/...`` and ``/runtime/webhooks/...`` routes (routePrefix is empty)."""
         return _to_response(HttpResult(200, root_body()), req)
 
     @bp.route(route="ops/crash", methods=["POST"], auth_level=func.AuthLevel.ADMIN)

@@ -38,6 +38,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from resilient.functions.http import ROOT_ROUTE
 from tests.hostdouble.api import HostDouble
 from tests.hostdouble.routes import Router
 
@@ -506,8 +507,8 @@ def test_openapi_routes_are_exactly_the_registered_http_functions() -> None:
                   for path, item in spec()["paths"].items()
                   for method in item if method in {"get", "post", "put", "patch", "delete", "head", "options"}}
     # Two catch-alls are not paths of their own: "v1/{*path}" serves the documented paths again under /v1
-    # (see the document's description), and the root's "{*path}" is documented as "/".
-    registered = {("" if template == "{*path}" else template.strip("/"), method)
+    # (see the document's description); the root's template matches only "/", its documented path.
+    registered = {("" if template == ROOT_ROUTE else template.strip("/"), method)
                   for _, template, method in app_routes() if template != "v1/{*path}"}
     assert documented == registered
     operation_ids = [op["operationId"] for item in spec()["paths"].values() for key, op in item.items()

@@ -101,7 +101,7 @@ def test_v1_routes_reach_the_same_operations(indexed: dict[str, dict[str, Any]])
 
 
 def test_health_and_root_are_anonymous_gets(indexed: dict[str, dict[str, Any]]) -> None:
-    for name, route in (("health_check", "health"), ("api_root", "{*path}")):
+    for name, route in (("health_check", "health"), ("api_root", "{root:regex(^$)?}")):
         (trigger,) = _by_type(indexed[name], "httpTrigger")
         assert trigger["route"] == route and trigger["authLevel"].upper() == "ANONYMOUS"
         assert [m.upper() for m in trigger["methods"]] == ["GET"]

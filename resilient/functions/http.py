@@ -38,10 +38,26 @@ ROOT_ROUTE = "{root:regex(^$)?}"
 
 
 async def _service(binding: str) -> ResponsesService:
-    engine = await runtime.engine()
+    try:
+        engine = await runtime.engine()
+    except ValueError:
+        _refuse_if_misconfigured()
+        raise
     client = DurableClient(binding)  # loads the Durable SDK only if this request makes a Durable call
     return ResponsesService(engine.storage, ClientRuntime(client), engine.settings,
                             repairer=repairer(client, engine), on_created=engine.remember_created)
+
+
+def _refuse_if_misconfigured() -> None:
+    """An invalid app setting: a 500 in the OpenAI shape that says so (no traceback per request; the
+    setting itself is named in the log and by ``GET /health``, not to API clients)."""
+    try:
+        Settings.from_env()
+    except ValueError as exc:
+        log.error("invalid app settings: %s", exc)
+        raise errors.ApiError(500, errors.SERVER_ERROR, "The service is not configured correctly; its operator "
+                              "can see why in its logs or at GET /health.", code=errors.CODE_SERVER_ERROR,
+                              retryable=False) from None
 
 
 def _to_response(result: HttpResult, req: Request) -> Response:

@@ -3,7 +3,10 @@ through the unmodified function_app.py under the host double (docs/CONTRACT.md, 
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
+from pathlib import Path
 
 import httpx
 import openai
@@ -12,6 +15,8 @@ from openai import OpenAI
 
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import knobs, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +80,24 @@ def test_the_root_points_to_the_api(http: httpx.Client) -> None:
     assert body["object"] == "service" and body["endpoints"]["responses"] == "/v1/responses"
     unknown = http.get("/nothing-here")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+
+
+def test_an_invalid_setting_is_one_start_up_line_a_503_health_and_a_500_in_the_openai_shape() -> None:
+    env = {
+        "AzureWebJobsStorage": os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
+        "RESILIENT_STORAGE_PREFIX": "v" + secrets.token_hex(4),
+        "RESILIENT_APPEND_WINDOW_MS": "99999",  # out of range
+    }
+    with HostDouble(ROOT, env=env, settings=None) as double, httpx.Client(base_url=double.base_url,
+                                                                          timeout=30) as http:
+        lines = [line for line in double.log().splitlines() if "invalid app settings" in line]
+        assert len(lines) == 1 and "RESILIENT_APPEND_WINDOW_MS" in lines[0], double.log()[-2000:]
+        health = http.get("/health")
+        assert health.status_code == 503
+        assert "RESILIENT_APPEND_WINDOW_MS" in health.json()["checks"]["settings"]["reason"]
+        answer = http.post("/v1/responses", json={"model": "m", "input": "x"})
+        assert answer.status_code == 500 and answer.headers["x-request-id"].startswith("req_")
+        error = answer.json()["error"]
+        assert (error["type"], error["code"]) == ("server_error", "server_error")
+        assert "RESILIENT" not in error["message"]  # the setting is named in the log and by /health only
+        assert "Traceback" not in double.log()

@@ -68,7 +68,7 @@ our_pid() {  # the recorded PID, only if that process is still the Azurite start
   [ -f "$PIDFILE" ] || return 1
   local pid; pid=$(cat "$PIDFILE")
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  local command; command=$(ps -o command= -p "$pid" 2>/dev/null) || return 1
+  local command; command=$(ps -ww -o command= -p "$pid" 2>/dev/null) || return 1  # -ww: COLUMNS must not cut it
   [[ "$command" == *"--location $DATA" ]] || return 1
   echo "$pid"
 }
@@ -111,7 +111,10 @@ start() {
   [ "$TEMPORARY" = 1 ] && touch "$DIR/temporary"
   # Keep-alive 120 s (Azurite's default is 5 s): Azure Storage keeps idle connections open for minutes, so
   # a client that calls it every few seconds (the Durable pollers, lease renewals) reuses its connections.
-  node_modules/.bin/azurite --silent --skipApiVersionCheck --disableTelemetry --loose \
+  # Its own process group (same session): Ctrl-C in a terminal signals the foreground process group, and
+  # storage must outlive the host it serves, so whoever started it (scripts/run.sh) stops it last.
+  "$(python_bin)" -c 'import os, sys; os.setpgid(0, 0); os.execvp(sys.argv[1], sys.argv[1:])' \
+    node_modules/.bin/azurite --silent --skipApiVersionCheck --disableTelemetry --loose \
     --blobHost 127.0.0.1 --queueHost 127.0.0.1 --tableHost 127.0.0.1 \
     --blobPort "$BLOB" --queuePort "$QUEUE" --tablePort "$TABLE" \
     --blobKeepAliveTimeout 120 --queueKeepAliveTimeout 120 --tableKeepAliveTimeout 120 \

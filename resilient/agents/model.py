@@ -20,6 +20,7 @@ managed-identity client id, ``AZURE_OPENAI_CLIENT_ID``, falling back to the app'
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -67,7 +68,6 @@ def agent_error(exc: BaseException) -> AgentError:
     """Classify a model error. Permanent: 4xx except 408/409/429 (bad key, no access, no such deployment,
     a bad request): retrying cannot help. Transient: 408/409/429, 5xx, timeouts and dropped connections;
     the model's ``Retry-After`` (or ``retry-after-ms``) tells how long to wait."""
-    import httpx2
     import openai
 
     if isinstance(exc, openai.APIStatusError):
@@ -79,11 +79,27 @@ def agent_error(exc: BaseException) -> AgentError:
         if status == 429:
             error.code = "rate_limit_exceeded"
         return error
-    if isinstance(exc, openai.APIConnectionError | httpx2.HTTPError | TimeoutError | ConnectionError):
+    if isinstance(exc, openai.APIConnectionError | TimeoutError | ConnectionError) or _transport_error(exc):
         return TransientAgentError(f"The model connection failed: {type(exc).__name__}: {exc}")
     if isinstance(exc, openai.APIError):  # an error event inside the stream
         return TransientAgentError(f"The model stream failed: {exc.message}")
     return PermanentAgentError(f"{type(exc).__name__}: {exc}")
+
+
+# The HTTP package under the ``openai`` client: ``httpx`` up to openai 2.x, ``httpx2`` from 3.x. A transport
+# error raised while a stream is read reaches us unwrapped (not as ``openai.APIConnectionError``).
+_TRANSPORT_PACKAGES = ("httpx2", "httpx")
+
+
+def _transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a transport error of the package the installed ``openai`` uses. Looked up among
+    the loaded modules instead of imported: importing a package that the installed client version does not
+    use would raise ImportError inside error handling and turn every model error into a crash."""
+    for name in _TRANSPORT_PACKAGES:
+        error = getattr(sys.modules.get(name), "HTTPError", None)
+        if isinstance(error, type) and isinstance(exc, error):
+            return True
+    return False
 
 
 def _message(exc: openai.APIStatusError) -> str:

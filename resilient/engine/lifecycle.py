@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from resilient.engine import turns, unstored
 from resilient.engine.logtail import log_ended
-from resilient.engine.refusals import Contended, NotStored, Refused
+from resilient.engine.refusals import Contended, Invalid, NotStored, Refused
 from resilient.engine.snapshot import response_object
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
@@ -66,7 +66,7 @@ async def cancel(storage: Storage, record: ResponseRecord, wake: Callable[[], Aw
     and is cancelled at once. ``wake`` tells a queued turn waiting for its chain lock."""
     response_id = record.response_id
     if not record.doc.get("background", False):
-        raise Refused(errors.CODE_BACKGROUND_REQUIRED,
+        raise Invalid(errors.CODE_BACKGROUND_REQUIRED,
                       "Only responses created with background=true can be cancelled.", param="response_id")
     if record.status == "cancelled":
         return record, False

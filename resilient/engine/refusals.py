@@ -13,6 +13,11 @@ class Refused(Exception):
         self.param = param
 
 
+class Invalid(Refused):
+    """The request can never succeed for this response (e.g. cancelling a non-background one): the API
+    answers 400, as OpenAI does."""
+
+
 class NotStored(Exception):
     """No stored response by that id for a client: unknown, malformed, deleted or ``store=false``."""
 

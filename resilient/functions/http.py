@@ -7,6 +7,7 @@ Each function only adapts: body/query/headers in, :class:`~resilient.http.servic
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -16,23 +17,84 @@ from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Respon
 from resilient.functions import runtime
 from resilient.functions.client import ClientRuntime, repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
-from resilient.http.service import HttpResult, ResponsesService, guarded
+from resilient.http.service import HttpResult, ResponsesService, error_result, guarded
+from resilient.http.surface import (
+    REQUEST_ID_HEADER,
+    check_settings_at_start_up,
+    health,
+    request_id,
+    root_body,
+    v1_operation,
+)
+from resilient.protocol import errors
 from resilient.settings import Settings
+from resilient.storage.errors import NotFound
 
 log = logging.getLogger("resilient.http")
+HEALTH_PROBE_ID = "resp_healthprobe"  # never issued (issued ids carry 48 hex digits)
+# The bare root and nothing else: an optional segment that, when present, must be empty. (An empty route
+# would default to the function's name.)
+ROOT_ROUTE = "{root:regex(^$)?}"
 
 
 async def _service(binding: str) -> ResponsesService:
-    worker = await runtime.worker()
+    try:
+        worker = await runtime.worker()
+    except ValueError:
+        _refuse_if_misconfigured()
+        raise
     client = DurableClient(binding)  # loads the Durable SDK only if this request makes a Durable call
     return worker.service(ClientRuntime(client), repairer(client, worker.engine))
 
 
-def _to_response(result: HttpResult) -> Response:
+def _refuse_if_misconfigured() -> None:
+    """An invalid app setting: a 500 in the OpenAI shape that says so (no traceback per request; the
+    setting itself is named in the log and by ``GET /health``, not to API clients)."""
+    try:
+        Settings.from_env()
+    except ValueError as exc:
+        log.error("invalid app settings: %s", exc)
+        raise errors.ApiError(500, errors.SERVER_ERROR, "The service is not configured correctly; its operator "
+                              "can see why in its logs or at GET /health.", code=errors.CODE_SERVER_ERROR,
+                              retryable=False) from None
+
+
+def _to_response(result: HttpResult, req: Request) -> Response:
+    headers = {**result.headers, REQUEST_ID_HEADER: request_id(req.headers)}
     if result.stream is not None:
-        return StreamingResponse(result.stream, status_code=result.status, headers=result.headers,
+        return StreamingResponse(result.stream, status_code=result.status, headers=headers,
                                  media_type="text/event-stream")
-    return JSONResponse(result.body, status_code=result.status, headers=result.headers)
+    return JSONResponse(result.body, status_code=result.status, headers=headers)
+
+
+async def _operate(operation: str, req: Request, client: str, response_id: str) -> Response:
+    """One Responses operation, the same whether it came through ``/responses...`` or ``/v1/responses...``."""
+
+    async def handle() -> HttpResult:
+        service = await _service(client)
+        if operation == "create":
+            return await service.create(await req.body())
+        if operation == "retrieve":
+            return await service.retrieve(response_id, dict(req.query_params), _headers(req))
+        if operation == "cancel":
+            return await service.cancel(response_id)
+        if operation == "delete":
+            return await service.delete(response_id)
+        return await service.input_items(response_id, dict(req.query_params))
+
+    return _to_response(await guarded(handle()), req)
+
+
+def _not_found(req: Request) -> Response:
+    error = errors.ApiError(404, errors.INVALID_REQUEST, "No API route matches this method and path.",
+                            code=errors.CODE_NOT_FOUND)
+    return _to_response(error_result(error), req)
+
+
+async def _storage_answers() -> None:
+    """Storage is reachable: one row read (an id no response has; "not found" is an answer)."""
+    with contextlib.suppress(NotFound):
+        await (await runtime.engine()).storage.responses.get_control(HEALTH_PROBE_ID)
 
 
 def _response_id(req: Request) -> str:
@@ -54,55 +116,58 @@ def _headers(req: Request) -> dict[str, str]:
 
 
 def http_blueprint() -> DurableBlueprint:
+    check_settings_at_start_up(Settings.from_env)
     bp = DurableBlueprint()
 
     @bp.route(route="responses", methods=["POST"])
     @bp.durable_client_input(client_name="client")
     async def create_response(req: Request, client: str) -> Response:
-        async def handle() -> HttpResult:
-            return await (await _service(client)).create(await req.body())
-
-        return _to_response(await guarded(handle()))
+        return await _operate("create", req, client, "")
 
     @bp.route(route="responses/{response_id}", methods=["GET"])
     @bp.durable_client_input(client_name="client")
     async def get_response(req: Request, client: str) -> Response:
-        response_id = _response_id(req)
-
-        async def handle() -> HttpResult:
-            return await (await _service(client)).retrieve(response_id, dict(req.query_params), _headers(req))
-
-        return _to_response(await guarded(handle()))
+        return await _operate("retrieve", req, client, _response_id(req))
 
     @bp.route(route="responses/{response_id}/cancel", methods=["POST"])
     @bp.durable_client_input(client_name="client")
     async def cancel_response(req: Request, client: str) -> Response:
-        response_id = _response_id(req)
-
-        async def handle() -> HttpResult:
-            return await (await _service(client)).cancel(response_id)
-
-        return _to_response(await guarded(handle()))
+        return await _operate("cancel", req, client, _response_id(req))
 
     @bp.route(route="responses/{response_id}", methods=["DELETE"])
     @bp.durable_client_input(client_name="client")
     async def delete_response(req: Request, client: str) -> Response:
-        response_id = _response_id(req)
-
-        async def handle() -> HttpResult:
-            return await (await _service(client)).delete(response_id)
-
-        return _to_response(await guarded(handle()))
+        return await _operate("delete", req, client, _response_id(req))
 
     @bp.route(route="responses/{response_id}/input_items", methods=["GET"])
     @bp.durable_client_input(client_name="client")
     async def list_input_items(req: Request, client: str) -> Response:
-        response_id = _response_id(req)
+        return await _operate("input_items", req, client, _response_id(req))
 
-        async def handle() -> HttpResult:
-            return await (await _service(client)).input_items(response_id, dict(req.query_params))
+    @bp.route(route="v1/{*path}", methods=["GET", "POST", "DELETE"])
+    @bp.durable_client_input(client_name="client")
+    async def v1_responses(req: Request, client: str) -> Response:
+        """The same operations under ``/v1`` (``OpenAI(base_url=".../v1")``); one function for all of
+        them, so the app indexes one more function instead of five."""
+        path = str(req.path_params.get("path") or req.url.path.split("/v1/", 1)[-1])
+        found = v1_operation(req.method, path)
+        if found is None:
+            return _not_found(req)
+        operation, response_id = found
+        return await _operate(operation, req, client, response_id)
 
-        return _to_response(await guarded(handle()))
+    @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    async def health_check(req: Request) -> Response:
+        """Anonymous, for load balancers and uptime probes: settings valid and storage reachable (200), or
+        not (503); the body says which check failed and nothing secret."""
+        status, body = await health(Settings.from_env, _storage_answers)
+        return _to_response(HttpResult(status, body, headers={"Cache-Control": "no-store"}), req)
+
+    @bp.route(route=ROOT_ROUTE, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    async def api_root(req: Request) -> Response:
+        """``GET /`` points to the API. Only the bare root: a catch-all here would also take the host's
+        own ``/admin/...`` and ``/runtime/webhooks/...`` routes (routePrefix is empty)."""
+        return _to_response(HttpResult(200, root_body()), req)
 
     @bp.route(route="ops/crash", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
     async def crash_worker(req: Request) -> Response:
@@ -110,9 +175,8 @@ def http_blueprint() -> DurableBlueprint:
         ``RESILIENT_ENABLE_CRASH_ENDPOINT`` is true (otherwise 404, indistinguishable from no route).
         Admin-level auth in Azure (the master key). Not under ``/admin``: the host reserves that prefix."""
         if not Settings.from_env().enable_crash_endpoint:
-            return JSONResponse({"error": {"message": "Not found.", "type": "invalid_request_error",
-                                           "code": "not_found", "param": None}}, status_code=404,
-                                headers={"x-should-retry": "false"})
+            return _to_response(error_result(errors.ApiError(404, errors.INVALID_REQUEST, "Not found.",
+                                                             code=errors.CODE_NOT_FOUND)), req)
         log.warning("crash endpoint called: exiting the worker process")
         logging.shutdown()
         os._exit(17)

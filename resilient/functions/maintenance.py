@@ -38,8 +38,9 @@ def maintenance_blueprint() -> DurableBlueprint:
         # store=false runs whose own clean-up a crash interrupted (their history, or data and history).
         forgotten = await unstored.sweep(engine.storage, ClientHistory(durable), now=datetime.now(UTC),
                                          older_than_seconds=engine.settings.unstored_grace_seconds + 600)
-        log.info("cleanup_expired ran", extra={"purged": len(purged), "forgotten": len(forgotten),
-                                               "past_due": timer.past_due})
+        # A line only when it removed something: a timer that logs every run buries what matters.
+        log.log(logging.INFO if purged or forgotten else logging.DEBUG, "cleanup_expired ran",
+                extra={"purged": len(purged), "forgotten": len(forgotten), "past_due": timer.past_due})
 
     @bp.timer_trigger(schedule=REPAIR_SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
     @bp.durable_client_input(client_name="client")
@@ -48,7 +49,8 @@ def maintenance_blueprint() -> DurableBlueprint:
         Runs on one instance at a time (timer triggers hold a singleton lock)."""
         verdicts = await repairer(DurableClient(client), await runtime.engine()).sweep()
         repaired = sum(v.action in ("restarted", "gave_up") for v in verdicts)
-        log.info("repair_stuck_runs ran", extra={"checked": len(verdicts), "repaired": repaired,
-                                                 "past_due": timer.past_due})
+        # Every minute forever: a line only when it repaired something (the repairer logs each repair).
+        log.log(logging.INFO if repaired else logging.DEBUG, "repair_stuck_runs ran",
+                extra={"checked": len(verdicts), "repaired": repaired, "past_due": timer.past_due})
 
     return bp

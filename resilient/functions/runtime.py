@@ -9,12 +9,14 @@ cold instance would otherwise spend before it can even be indexed).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from resilient import logs
 from resilient.agents.base import Agent
 from resilient.bootstrap import Worker, bootstrap
+from resilient.engine import resume_notice
 from resilient.engine.activities import Engine
 from resilient.settings import Settings
 
@@ -58,4 +60,5 @@ async def worker() -> Worker:
             settings = Settings.from_env()
             found = await bootstrap(settings, _agent_factory(settings))  # the storage SDKs load here
             _workers[key] = found
+            resume_notice.announce_once(found.engine.storage, settings, time.time())  # one line, if runs resume
     return found

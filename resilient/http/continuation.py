@@ -33,10 +33,9 @@ async def check_continuation(
 ) -> Continuation:
     """Validate the request's tool outputs and approval answers against the chain.
 
-    What they refer to must exist (else 404 ``not_found``, like any reference that names nothing), and
-    the chain's state must allow the turn (else 409): these depend on stored turns, so a request that is
-    valid by docs/openapi.yaml is never refused with a 400 here. A ``call_id`` answered twice is a 409 too
-    (a rule between items that the spec cannot state).
+    Every refusal is a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
+    ``BadRequestError``): what the items refer to must exist in the chain, every call of the previous turn
+    must be answered, and a ``call_id`` may be answered once. The code names the broken rule.
     """
     outputs = request.function_outputs()
     approvals = request.approval_responses()
@@ -55,34 +54,32 @@ async def check_continuation(
             issued |= await _earlier_calls(storage, previous_turn)
         for output in outputs:
             if output.call_id not in issued:
-                raise errors.ApiError(
-                    404, errors.INVALID_REQUEST,
-                    f"No tool call found for function call output with call_id {errors.echo(output.call_id)}.",
-                    param=f"input[{positions[id(output)]}].call_id", code=errors.CODE_NOT_FOUND)
+                raise errors.invalid_request(  # OpenAI's message, param and status
+                    f"No tool call found for function call output with call_id {_bare(output.call_id)}.",
+                    param="input", code=errors.CODE_TOOL_CALL_NOT_FOUND)
         seen: set[str] = set()
         for output in outputs:
             if output.call_id in seen:
-                raise errors.conflict(errors.CODE_DUPLICATE_CALL_OUTPUT,
-                                      f"{errors.echo(output.call_id)} is answered more than once.",
-                                      param=f"input[{positions[id(output)]}]")
+                raise errors.invalid_request(f"{errors.echo(output.call_id)} is answered more than once.",
+                                             code=errors.CODE_DUPLICATE_CALL_OUTPUT,
+                                             param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
     answered = {o.call_id for o in outputs}
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
-            raise errors.conflict(
-                errors.CODE_TOOL_OUTPUT_REQUIRED,
-                f"No tool output found for function call {errors.echo(item.get('call_id'))}: answer every call "
-                "of the previous response with a function_call_output item.", param="input")
+            raise errors.invalid_request(  # OpenAI's message, param and status
+                f"No tool output found for function call {_bare(item.get('call_id'))}.",
+                code=errors.CODE_TOOL_OUTPUT_REQUIRED, param="input")
 
     if not approvals:
         return Continuation()
     answer = approvals[0]  # the request allows one (parse_create_request)
     pending = [i for i in previous_output if i.get("type") == "mcp_approval_request"]
     if not pending or pending[-1].get("id") != answer.approval_request_id:
-        raise errors.ApiError(
-            404, errors.INVALID_REQUEST,
+        raise errors.invalid_request(
             f"No pending approval request with id {errors.echo(answer.approval_request_id)} in the previous "
-            "response.", param=f"input[{positions[id(answer)]}].approval_request_id", code=errors.CODE_NOT_FOUND)
+            "response.", param=f"input[{positions[id(answer)]}].approval_request_id",
+            code=errors.CODE_APPROVAL_NOT_FOUND)
     return Continuation(resume={
         "from": previous_turn,
         "approval_request_id": answer.approval_request_id,
@@ -117,5 +114,13 @@ async def _earlier_calls(storage: Storage, previous_turn: str) -> set[str]:
 
 
 def _not_found(position: int, field: str, detail: str) -> errors.ApiError:
-    return errors.ApiError(404, errors.INVALID_REQUEST, f"Nothing to answer for 'input[{position}].{field}': {detail}",
-                           param=f"input[{position}].{field}", code=errors.CODE_NOT_FOUND)
+    code = errors.CODE_TOOL_CALL_NOT_FOUND if field == "call_id" else errors.CODE_APPROVAL_NOT_FOUND
+    return errors.invalid_request(f"Nothing to answer for 'input[{position}].{field}': {detail}",
+                                  param=f"input[{position}].{field}", code=code)
+
+
+def _bare(value: object) -> str:
+    """A call_id as the OpenAI API's messages show it (unquoted), shortened and limited to printable text:
+    the id comes from the client and is reflected."""
+    text = str(value)[:64]
+    return "".join(ch if ch.isprintable() else "?" for ch in text)

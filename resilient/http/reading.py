@@ -138,10 +138,9 @@ class ResponseReader:
         try:
             record = await self._stored(response_id)
             if not record.doc.get("background", False):
-                raise errors.conflict(
-                    errors.CODE_BACKGROUND_REQUIRED,
+                raise errors.invalid_request(
                     "Streaming a stored response is only possible for responses created with background=true.",
-                    param="stream")
+                    code=errors.CODE_BACKGROUND_REQUIRED, param="stream")
         except BaseException:
             if first_read is not None:
                 first_read.cancel()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resilient.agents.loader import AgentLoadError
-from resilient.engine.refusals import Contended, NotStored, Refused
+from resilient.engine.refusals import Contended, Invalid, NotStored, Refused
 from resilient.protocol import errors
 from resilient.protocol.errors import ApiError
 from resilient.storage.errors import NotFound, StorageUnavailable
@@ -38,6 +38,8 @@ def translated(response_id: str) -> Iterator[None]:
     """The engine's refusals as the API's errors (the same codes, messages and statuses as ever)."""
     try:
         yield
+    except Invalid as invalid:  # before Refused: a subclass with another status
+        raise errors.invalid_request(invalid.message, code=invalid.code, param=invalid.param) from None
     except Refused as refused:
         raise errors.conflict(refused.code, refused.message, param=refused.param) from None
     except NotStored:

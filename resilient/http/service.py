@@ -209,9 +209,9 @@ class ResponsesService(ResponseReader):
         except NotFound:
             previous = None
         if previous is None or not previous.doc.get("store", True) or previous.doc.get(DELETED_MARK):
-            raise errors.ApiError(404, errors.INVALID_REQUEST,
-                                  f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
-                                  code=errors.CODE_NOT_FOUND, param="previous_response_id")
+            raise errors.invalid_request(  # 400, as the OpenAI API answers (not 404: the route exists)
+                f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
+                code=errors.CODE_PREVIOUS_RESPONSE_NOT_FOUND, param="previous_response_id")
         chain = previous.doc.get("chain_id") or previous.response_id
         return str(chain), previous.response_id
 

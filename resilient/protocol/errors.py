@@ -33,16 +33,19 @@ CODE_CONVERSATION_LOCKED = "conversation_locked"
 CODE_FORK_NOT_SUPPORTED = "conversation_fork_not_supported"
 CODE_SERVICE_UNAVAILABLE = "service_unavailable"
 CODE_SERVER_ERROR = "server_error"
-# 409: the request is well formed but the response's state refuses it. Not 400: a request that is valid
-# by docs/openapi.yaml is never a 400, so a client (or a fuzzer) can tell "fix the request" from "not now /
-# not for this response".
+CODE_PREVIOUS_RESPONSE_NOT_FOUND = "previous_response_not_found"  # 400, as the OpenAI API answers
+# 400, as the OpenAI API answers: a well-formed request that refers to something the response or its chain
+# does not have, or that the response's kind refuses. The OpenAI API calls these invalid requests, and its
+# clients raise ``BadRequestError`` for them; the code says which rule was broken.
 CODE_BACKGROUND_REQUIRED = "background_required"  # stream replay or cancel of a non-background response
-CODE_ALREADY_FINISHED = "response_already_finished"  # cancel of a completed/failed/incomplete response
-CODE_STILL_RUNNING = "response_in_progress"  # delete before the run has stopped
 CODE_TOOL_OUTPUT_REQUIRED = "tool_output_required"  # a turn after function calls that does not answer them all
-# 409 too: two parts of one request that conflict, by a rule JSON Schema cannot state (so no 400).
+CODE_TOOL_CALL_NOT_FOUND = "tool_call_not_found"  # a function_call_output whose call_id was never issued
+CODE_APPROVAL_NOT_FOUND = "approval_request_not_found"  # an mcp_approval_response that answers nothing
 CODE_DUPLICATE_TOOL_NAME = "duplicate_tool_name"
 CODE_DUPLICATE_CALL_OUTPUT = "duplicate_call_output"
+# 409: the response's (or chain's) current state refuses a well-formed request; later it may not.
+CODE_ALREADY_FINISHED = "response_already_finished"  # cancel of a completed/failed/incomplete response
+CODE_STILL_RUNNING = "response_in_progress"  # delete before the run has stopped
 
 _MAX_ECHO = 64
 
@@ -111,9 +114,8 @@ def not_found(what: str, id: str) -> ApiError:
 
 
 def conflict(code: str, message: str, *, param: str | None = None) -> ApiError:
-    """409: the response's (or chain's) state refuses a well-formed request (``conversation_locked``,
-    ``conversation_fork_not_supported``, ``background_required``, ``response_already_finished``,
-    ``response_in_progress``).
+    """409: the response's (or chain's) current state refuses a well-formed request (``conversation_locked``,
+    ``conversation_fork_not_supported``, ``response_already_finished``, ``response_in_progress``).
 
     Not retryable: the client's immediate automatic retries (sub-second) would hit the same busy
     chain; the caller decides when to try a new turn.

@@ -73,6 +73,11 @@ _ITEM_STATUSES: tuple[str, ...] = ("in_progress", "completed", "incomplete")
 _PHASES: tuple[str, ...] = ("commentary", "final_answer")
 _MAX_KEY_ECHO = 64
 MAX_TOOLS = 128
+# Input items per create. Each item is one table row, written in transactions of 100 before the create
+# answers, so the count bounds the create's storage work (21 transactions at most; on Azurite each
+# transaction also gets slower as the response's partition grows, so 20,000 items took minutes). Longer histories
+# belong to the chain: previous_response_id and conversation carry earlier turns without resending them.
+MAX_INPUT_ITEMS = 2048
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FUNCTION_TOOL_KEYS: frozenset[str] = frozenset({"type", "name", "description", "parameters", "strict"})
 _TOOL_CHOICE_MODES: tuple[str, ...] = ("auto", "none", "required")
@@ -480,6 +485,9 @@ class CreateResponseRequest(BaseModel):
             _fail_type("input", "a string or an array of input items", value)
         if not value:
             _fail_value("input", "expected a non-empty string or a non-empty array of input items.")
+        if len(value) > MAX_INPUT_ITEMS:  # before any item is parsed: the refusal costs nothing per item
+            _fail_value("input", f"array too long: expected at most {MAX_INPUT_ITEMS} input items, got "
+                        f"{len(value)}; continue a longer history with previous_response_id or conversation.")
         return [_parse_item(item, f"input[{i}]") for i, item in enumerate(value)]
 
     @field_validator("tools", mode="before")
@@ -492,9 +500,9 @@ class CreateResponseRequest(BaseModel):
         tools = [_parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
         seen: set[str] = set()
         for i, tool in enumerate(tools):
-            if tool.name in seen:  # 409: a rule between items that docs/openapi.yaml cannot state (no 400)
+            if tool.name in seen:  # a rule between items that docs/openapi.yaml cannot state; OpenAI: 400
                 _fail(f"tools[{i}].name", errors.CODE_DUPLICATE_TOOL_NAME,
-                      f"{errors.echo(tool.name)}: tool names must be unique.", status=409)
+                      f"{errors.echo(tool.name)}: tool names must be unique.")
             seen.add(tool.name)
         return tools
 
@@ -552,10 +560,9 @@ class CreateResponseRequest(BaseModel):
         if self.tool_choice == "required" and not names:
             _fail_value("tool_choice", "'required' needs at least one tool in 'tools'.")
         if isinstance(self.tool_choice, dict) and self.tool_choice["name"] not in names:
-            # A reference that names nothing is a 404, as for an unknown previous_response_id: a
-            # cross-reference inside the body is the one rule docs/openapi.yaml cannot express.
-            _fail("tool_choice.name", errors.CODE_NOT_FOUND,
-                  f"No tool named {errors.echo(self.tool_choice['name'])} in 'tools'.", status=404)
+            # A cross-reference inside the body, which docs/openapi.yaml cannot express; OpenAI: 400.
+            _fail("tool_choice.name", errors.CODE_INVALID_VALUE,
+                  f"No tool named {errors.echo(self.tool_choice['name'])} in 'tools'.")
         continuing = self.previous_response_id is not None or self.conversation is not None
         approvals = 0
         for i, item in enumerate(self.items()):

@@ -157,41 +157,44 @@ def test_bodies_the_spec_allows_are_accepted(http: httpx.Client, fields: dict[st
     assert http.post("/responses", json=body).status_code == 200
 
 
-# ----------------------------------------------------------------------------------- state refusals: 409
-def test_rules_the_schema_cannot_state_are_404_or_409(http: httpx.Client) -> None:
+# ------------------------------------------------------------------- rules the schema cannot state: 400
+def test_rules_the_schema_cannot_state_are_400_as_openai_answers(http: httpx.Client) -> None:
     """The schema cannot say "one of the request's tools", "a call_id this chain issued" or "names
-    unique": a spec-valid body that breaks such a rule is a 404 (a reference that names nothing) or a 409
-    (a conflict), naming the field, never a 400."""
+    unique": a spec-valid body that breaks such a rule is a 400 ``invalid_request_error`` naming the field
+    and the rule (the OpenAI API's status for these; tests/contract/schemathesis.toml allows it)."""
     tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
     body = {"model": "m", "input": "q", "tools": [tool], "tool_choice": {"type": "function", "name": "other"}}
     assert valid("CreateResponseRequest", body)
-    refused(http.post("/responses", json=body), 404, "not_found", "tool_choice.name")
+    refused(http.post("/responses", json=body), 400, "invalid_value", "tool_choice.name")
     called = create(http, tools=[tool])
     assert [item["type"] for item in called["output"]] == ["function_call"]
     answer = {"model": "m", "previous_response_id": called["id"], "input": [
         {"type": "function_call_output", "call_id": "call_never_issued", "output": "x"}]}
     assert valid("CreateResponseRequest", answer)
-    refused(http.post("/responses", json=answer), 404, "not_found", "input[0].call_id")
+    refused(http.post("/responses", json=answer), 400, "tool_call_not_found", "input")
     conversation = {"model": "m", "conversation": "conv_emptyregression", "input": [
         {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}]}
-    refused(http.post("/responses", json=conversation), 404, "not_found", "input[0].approval_request_id")
-    # Found by schemathesis (stateful, ST202): two tools named "y" among 14 were a 400.
+    refused(http.post("/responses", json=conversation), 400, "approval_request_not_found",
+            "input[0].approval_request_id")
+    # Two tools named alike (found by schemathesis's stateful phase with 14 tools).
     twice = {"model": "m", "input": "q", "tools": [tool, {**tool, "description": "again"}]}
     assert valid("CreateResponseRequest", twice)
-    refused(http.post("/responses", json=twice), 409, "duplicate_tool_name", "tools[1].name")
+    refused(http.post("/responses", json=twice), 400, "duplicate_tool_name", "tools[1].name")
     # ContinueChain after a turn that ended with a call: the chain's state asks for the tool output.
     follow = {"model": "m", "previous_response_id": called["id"], "input": "and now?"}
     assert valid("CreateResponseRequest", follow)
-    refused(http.post("/responses", json=follow), 409, "tool_output_required", "input")
+    refused(http.post("/responses", json=follow), 400, "tool_output_required", "input")
 
 
-def test_a_spec_valid_request_the_state_refuses_is_409_with_a_code(http: httpx.Client) -> None:
-    """ST202 in the stateful phase: cancel of a non-background response and delete of a running one were
-    400 (which means "fix your request"). They are 409 with a code saying why."""
+def test_what_a_response_refuses_is_400_and_what_its_state_refuses_now_is_409(http: httpx.Client) -> None:
+    """A non-background response can never be cancelled or streamed again: 400, as the OpenAI API answers.
+    Delete of a running response and cancel of a finished one depend on the moment: 409 with a code."""
     foreground = create(http)
-    refused(http.post(f"/responses/{foreground['id']}/cancel"), 409, "background_required", "response_id")
-    refused(http.get(f"/responses/{foreground['id']}", params={"stream": "true"}), 409, "background_required",
+    refused(http.post(f"/responses/{foreground['id']}/cancel"), 400, "background_required", "response_id")
+    refused(http.get(f"/responses/{foreground['id']}", params={"stream": "true"}), 400, "background_required",
             "stream")
+    refused(http.post("/responses", json={"model": "m", "input": "q", "previous_response_id": "resp_nothing"}),
+            400, "previous_response_not_found", "previous_response_id")
     running = create(http, background=True, metadata={**KNOBS, "words_per_phase": "400", "delta_delay_ms": "20"})
     refused(http.delete(f"/responses/{running['id']}"), 409, "response_in_progress", "response_id")
     assert http.post(f"/responses/{running['id']}/cancel").json()["status"] == "cancelled"

@@ -77,9 +77,12 @@ def test_unknown_or_hostile_ids_are_404(http: httpx.Client, rid: str) -> None:
         _error(answer, 404, code="not_found")
 
 
-def test_unknown_previous_response_is_404(http: httpx.Client) -> None:
+def test_unknown_previous_response_is_400_as_openai_answers(http: httpx.Client, client: OpenAI) -> None:
     answer = http.post("/responses", json={"model": "m", "input": "x", "previous_response_id": "resp_nope"})
-    _error(answer, 404, "previous_response_id", "not_found")
+    _error(answer, 400, "previous_response_id", "previous_response_not_found")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="m", input="x", previous_response_id="resp_nope")
+    assert info.value.body["message"] == "Previous response with id 'resp_nope' not found."  # type: ignore[index]
 
 
 def test_bad_stream_and_paging_parameters(http: httpx.Client, client: OpenAI) -> None:

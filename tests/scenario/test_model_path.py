@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai import NotFoundError, OpenAI
+from openai import BadRequestError, OpenAI
 
 from tests import live
 from tests.fakemodel.server import COMPLETION_TOKENS, IDENTITY_SECRET, PROMPT_TOKENS, Behaviour, FakeModel
@@ -227,7 +227,7 @@ def test_tool_choice_none_is_passed_to_the_model(mclient: OpenAI, fake: FakeMode
     mclient.responses.create(model="m", input="No tools please", tools=[WEATHER], tool_choice="none",  # type: ignore[list-item]
                              metadata=_phases(1))
     assert fake.chat_requests()[-1].body["tool_choice"] == "none"
-    with pytest.raises(NotFoundError) as unknown:  # a reference that names nothing (docs/CONTRACT.md, E11)
+    with pytest.raises(BadRequestError) as unknown:  # a name that is not among the tools (docs/CONTRACT.md, E11)
         mclient.responses.create(model="m", input="x", tool_choice={"type": "function", "name": "nope"},
                                  tools=[WEATHER], metadata=_phases(1))  # type: ignore[list-item]
     assert unknown.value.body["param"] == "tool_choice.name"  # type: ignore[index]

@@ -70,7 +70,7 @@ def test_synchronous_request_returns_the_finished_response(client: OpenAI) -> No
 def test_non_background_stream_then_replay_is_refused(client: OpenAI) -> None:
     events = list(client.responses.create(model="m", input="live", stream=True, metadata=knobs(phases=1)))
     assert events[-1].type == "response.completed" and _seqs(events) == list(range(len(events)))
-    with pytest.raises(openai.ConflictError) as info:
+    with pytest.raises(openai.BadRequestError) as info:
         list(client.responses.retrieve(events[0].response.id, stream=True, starting_after=0))
     assert info.value.body["param"] == "stream"  # type: ignore[index]
     assert info.value.body["code"] == "background_required"  # type: ignore[index]
@@ -101,7 +101,7 @@ def test_cancel_background_keeps_partial_output_and_is_idempotent(client: OpenAI
 
 def test_cancel_errors(client: OpenAI) -> None:
     sync = client.responses.create(model="m", input="x", metadata=knobs(phases=1, words=2))
-    with pytest.raises(openai.ConflictError) as info:
+    with pytest.raises(openai.BadRequestError) as info:  # 400, as the OpenAI API answers
         client.responses.cancel(sync.id)  # not a background response
     assert info.value.body["code"] == "background_required"  # type: ignore[index]
     done = client.responses.create(model="m", input="x", background=True, metadata=knobs(phases=1, words=2))

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import BadRequestError, ConflictError, NotFoundError, OpenAI
+from openai import BadRequestError, OpenAI
 
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import knobs, rebuild
@@ -76,16 +76,20 @@ def test_tool_choice_none_runs_the_phases_without_calling(client: OpenAI) -> Non
     assert response.tool_choice == "none"
 
 
-def test_unknown_call_id_is_404_and_unanswered_calls_are_409(client: OpenAI) -> None:
+def test_unknown_call_id_and_unanswered_calls_are_400_as_openai_answers(client: OpenAI) -> None:
     first = client.responses.create(model="m", input=QUESTION, tools=[LOOKUP], metadata=knobs())  # type: ignore[list-item]
-    with pytest.raises(NotFoundError) as unknown:
+    with pytest.raises(BadRequestError) as unknown:
         client.responses.create(model="m", previous_response_id=first.id, input=[
             {"type": "function_call_output", "call_id": "call_never_issued", "output": "x"}])
-    assert unknown.value.body["param"] == "input[0].call_id"  # type: ignore[index]
-    assert "call_never_issued" in unknown.value.body["message"]  # type: ignore[index]
-    with pytest.raises(ConflictError) as unanswered:
+    assert unknown.value.body["param"] == "input"  # type: ignore[index]
+    assert unknown.value.body["message"] == (  # type: ignore[index]
+        "No tool call found for function call output with call_id call_never_issued.")
+    assert unknown.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    with pytest.raises(BadRequestError) as unanswered:
         client.responses.create(model="m", previous_response_id=first.id, input="just chatting")
-    assert "No tool output found" in unanswered.value.body["message"]  # type: ignore[index]
+    call_id = first.output[0].call_id  # type: ignore[union-attr]
+    assert unanswered.value.body["message"] == f"No tool output found for function call {call_id}."  # type: ignore[index]
+    assert unanswered.value.body["param"] == "input"  # type: ignore[index]
     assert unanswered.value.body["code"] == "tool_output_required"  # type: ignore[index]
     # The refused turns left no trace: the chain still continues from the first turn.
     call = first.output[0]
@@ -105,10 +109,10 @@ def test_malformed_tools_are_400(http: httpx.Client, tools: list[dict[str, Any]]
     assert answer.json()["error"]["param"] == param
 
 
-def test_two_tools_with_one_name_are_409(http: httpx.Client) -> None:
+def test_two_tools_with_one_name_are_400(http: httpx.Client) -> None:
     tools = [{"type": "function", "name": "f"}, {"type": "function", "name": "f", "description": "again"}]
     answer = http.post("/responses", json={"model": "m", "input": "x", "tools": tools})
-    assert answer.status_code == 409
+    assert answer.status_code == 400
     assert (answer.json()["error"]["param"], answer.json()["error"]["code"]) == ("tools[1].name", "duplicate_tool_name")
 
 
@@ -161,7 +165,7 @@ def test_approval_stream_and_bad_answers(client: OpenAI) -> None:
     assert final.output[-1].type == "mcp_approval_request"
     assert plain(final) == plain(client.responses.retrieve(final.id))
     assert [i["type"] for i in rebuild_any(events)] == ["message", "mcp_approval_request"]
-    with pytest.raises(NotFoundError) as wrong:
+    with pytest.raises(BadRequestError) as wrong:
         client.responses.create(model="m", previous_response_id=final.id, input=[
             {"type": "mcp_approval_response", "approval_request_id": "mcpr_unknown", "approve": True}])
     assert wrong.value.body["param"] == "input[0].approval_request_id"  # type: ignore[index]

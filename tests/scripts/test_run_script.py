@@ -153,3 +153,20 @@ def test_run_serves_stops_on_signals_and_keeps_responses_across_a_restart(throwa
     code = throwaway.stop(second, signal.SIGINT)
     assert code == 128 + signal.SIGINT, second_log.read_text()
     _assert_nothing_left(throwaway, second, second_log)
+
+
+def test_ctrl_c_stops_the_host_first_and_storage_last_within_seconds(throwaway: Throwaway, tmp_path: Path) -> None:
+    """Ctrl-C in a terminal is SIGINT to the whole foreground process group. Azurite runs in a group of its
+    own, so it outlives the host (a host whose storage vanished waits for it, and took 10 s); the script
+    stops the host, then Azurite."""
+    log = tmp_path / "run.log"
+    process = throwaway.start(log)
+    started = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)  # what the terminal does: the script's whole group
+    assert process.wait(timeout=STOP_TIMEOUT_S) == 130
+    elapsed = time.monotonic() - started
+    text = log.read_text()
+    assert elapsed < 5.0, text
+    assert "did not stop within" not in text, text
+    assert text.index("host stopping") < text.index("stopped (pid") < text.index("run: stopped"), text
+    _assert_nothing_left(throwaway, process, log)

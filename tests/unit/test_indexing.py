@@ -93,6 +93,20 @@ def test_http_route_bindings(indexed: dict[str, dict[str, Any]], name: str) -> N
     assert out["direction"].upper() == "OUT"
 
 
+def test_v1_routes_reach_the_same_operations(indexed: dict[str, dict[str, Any]]) -> None:
+    (trigger,) = _by_type(indexed["v1_responses"], "httpTrigger")
+    assert trigger["route"] == "v1/{*path}" and trigger["authLevel"].upper() == "FUNCTION"
+    assert sorted(m.upper() for m in trigger["methods"]) == ["DELETE", "GET", "POST"]
+    assert _by_type(indexed["v1_responses"], "durableClient")[0]["name"] == "client"
+
+
+def test_health_and_root_are_anonymous_gets(indexed: dict[str, dict[str, Any]]) -> None:
+    for name, route in (("health_check", "health"), ("api_root", "{root:regex(^$)?}")):
+        (trigger,) = _by_type(indexed[name], "httpTrigger")
+        assert trigger["route"] == route and trigger["authLevel"].upper() == "ANONYMOUS"
+        assert [m.upper() for m in trigger["methods"]] == ["GET"]
+
+
 def test_crash_endpoint_is_admin_only(indexed: dict[str, dict[str, Any]]) -> None:
     (trigger,) = _by_type(indexed["crash_worker"], "httpTrigger")
     assert trigger["route"] == "ops/crash" and trigger["authLevel"].upper() == "ADMIN"
@@ -116,7 +130,8 @@ def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
     expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "run_phase",
                                    "finalize_response", "mark_queued", "wake_next_turn", "inspect_response",
                                    "forget_response", "chain_lock", "__http_v2__"}
-    assert set(indexed) == expected | {"cleanup_expired", "repair_stuck_runs"}
+    assert set(indexed) == expected | {"cleanup_expired", "repair_stuck_runs", "v1_responses", "health_check",
+                                       "api_root"}
 
 
 def test_retention_cleanup_is_a_timer_with_a_durable_client(indexed: dict[str, dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ from resilient.protocol.errors import ApiError
 from resilient.protocol.items import validate_stored_item
 from resilient.protocol.request import (
     IGNORED_FIELDS,
+    MAX_INPUT_ITEMS,
     CreateResponseRequest,
     normalize_input_items,
     parse_create_request,
@@ -504,3 +505,16 @@ def test_real_message_ids_are_fresh_and_safe() -> None:
     ids = [item["id"] for item in normalize_input_items(req, new_message_id)]
     assert len(set(ids)) == 2
     assert all(i.startswith("msg_") and is_safe_id(i) for i in ids)
+
+
+# --------------------------------------------------------------------------- bounded input
+
+
+def test_input_item_count_is_bounded_and_refused_before_items_are_parsed() -> None:
+    message = {"role": "user", "content": "w"}
+    assert len(parse_create_request(body(input=[message] * MAX_INPUT_ITEMS)).items()) == MAX_INPUT_ITEMS
+    error = reject(body(input=[message] * (MAX_INPUT_ITEMS + 1)))
+    assert (error.status, error.code, error.param) == (400, "invalid_value", "input")
+    # Items past the bound are not even looked at: the count is refused, not the malformed item.
+    error = reject(body(input=[message] * MAX_INPUT_ITEMS + [{"type": "nonsense"}] * 20_000))
+    assert (error.code, error.param) == ("invalid_value", "input") and "22048" in error.message

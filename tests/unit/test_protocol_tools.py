@@ -48,17 +48,17 @@ def test_bad_tools_name_the_param(body: dict[str, Any], param: str, code: str) -
     assert (error.status, error.param, error.code) == (400, param, code)
 
 
-def test_two_tools_with_one_name_are_409() -> None:
-    """JSON Schema cannot say "names unique": a spec-valid body is never a 400, so this is a conflict."""
+def test_two_tools_with_one_name_are_400() -> None:
+    """JSON Schema cannot say "names unique", but the OpenAI API refuses such a body with a 400, and so do we."""
     error = _error({"input": "x", "tools": [TOOL, {**TOOL, "description": "another"}]})
-    assert (error.status, error.param, error.code) == (409, "tools[1].name", "duplicate_tool_name")
+    assert (error.status, error.param, error.code) == (400, "tools[1].name", "duplicate_tool_name")
 
 
-def test_a_tool_choice_naming_no_tool_is_404() -> None:
-    """A reference that names nothing is a 404 (as an unknown previous_response_id): docs/openapi.yaml can
-    say the name must be one of the tools but cannot enforce it, so a spec-valid body is never a 400."""
+def test_a_tool_choice_naming_no_tool_is_400() -> None:
+    """docs/openapi.yaml can say the name must be one of the tools but cannot enforce it; the OpenAI API
+    answers such a body with a 400, and so do we."""
     error = _error({"input": "x", "tools": [TOOL], "tool_choice": {"type": "function", "name": "other"}})
-    assert (error.status, error.param, error.code) == (404, "tool_choice.name", "not_found")
+    assert (error.status, error.param, error.code) == (400, "tool_choice.name", "invalid_value")
 
 
 @pytest.mark.parametrize(("item", "param", "code"), [

@@ -31,10 +31,14 @@ def _forget_app() -> Iterator[None]:
     sys.modules.pop("function_app", None)
 
 
+ALWAYS_ANONYMOUS = ("health_check", "api_root")  # probes and the pointer to the API need no key
+
+
 def test_function_keys_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RESILIENT_HTTP_AUTH_LEVEL", raising=False)
     levels = _http_auth_levels()
     assert levels.pop("crash_worker") == func.AuthLevel.ADMIN
+    assert [levels.pop(name) for name in ALWAYS_ANONYMOUS] == [func.AuthLevel.ANONYMOUS] * 2
     assert len(levels) >= 5 and set(levels.values()) == {func.AuthLevel.FUNCTION}
 
 
@@ -42,6 +46,8 @@ def test_anonymous_leaves_the_check_to_easy_auth_but_not_the_crash_endpoint(monk
     monkeypatch.setenv("RESILIENT_HTTP_AUTH_LEVEL", " Anonymous ")
     levels = _http_auth_levels()
     assert levels.pop("crash_worker") == func.AuthLevel.ADMIN
+    for name in ALWAYS_ANONYMOUS:
+        levels.pop(name)
     assert len(levels) >= 5 and set(levels.values()) == {func.AuthLevel.ANONYMOUS}
 
 

@@ -258,8 +258,8 @@ class PhaseContext:
     # The chain this turn belongs to (its conversation, or the first response of a previous_response_id
     # chain); None for a turn with no chain (store=false).
     conversation_chain_id: str | None = None
-    # Live, like ``cancelled``: the worker is shutting down (the host drains it). The step should stop at
-    # once; it runs again elsewhere. Distinct from a cancel, which ends the run.
+    # Live, like ``cancelled``: the worker is shutting down (SIGTERM: the instance is scaled in or the host
+    # stops). The step should stop at once; it runs again elsewhere. Distinct from a cancel, which ends the run.
     shutting_down: bool = False
 
     @property
@@ -269,8 +269,9 @@ class PhaseContext:
 
     @property
     def should_stop(self) -> bool:
-        """True when the turn was cancelled or a newer turn on the chain is waiting (steering)."""
-        return self.cancelled or self.pending_input_count > 0
+        """True when the turn was cancelled, a newer turn on the chain is waiting (steering), or the worker
+        is shutting down (the step then runs again elsewhere)."""
+        return self.cancelled or self.pending_input_count > 0 or self.shutting_down
 
     def previous_texts(self) -> list[str]:
         return [_item_text(item) for item in self.output_so_far]

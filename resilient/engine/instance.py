@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from resilient.engine.batching import expect_next_activity, load_factor
 from resilient.engine.runmemo import RunMemory
+from resilient.engine.shutdown import Shutdown
 from resilient.protocol import events as ev
 from resilient.storage.controls import CONTROLS, ControlBoard
 from resilient.storage.feed import COMMITTED, CommittedFeed
@@ -50,6 +51,7 @@ class InstanceCaches:
     controls: ControlBoard = CONTROLS
     runs: RunMemory = field(default_factory=RunMemory)
     kept: KeptWriters = field(default_factory=KeptWriters)
+    shutdown: Shutdown = field(default_factory=Shutdown)  # SIGTERM: running steps stop and run elsewhere
 
     def load_factor(self) -> float:
         """How much time-based paces stretch in this process (see :func:`resilient.engine.batching.load_factor`)."""

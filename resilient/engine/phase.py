@@ -27,6 +27,7 @@ from resilient.engine.logtail import OPEN_ATTEMPTS
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.pump import stream
 from resilient.engine.runmemo import RunMemo, RunMemory
+from resilient.engine.shutdown import WorkerShuttingDown
 from resilient.engine.turns import STEERING_KEY
 from resilient.protocol.items import ItemStatus, text_of
 from resilient.settings import Settings
@@ -174,6 +175,14 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
             raise
         if failure is not None:
             return await failed_attempt(storage, response_id, at, record, claim, items, failure, appender)
+        if stopped and context.shutting_down:
+            # No checkpoint: the step runs again on another worker (its attempt starts with a recovery reset),
+            # and the item this attempt opened is closed now rather than left open for that one to close.
+            if claim.appended:
+                await appender.finish(items.close("incomplete", ensure_item=False))
+            log.warning("phase stopped: the worker is shutting down", extra={"response_id": response_id,
+                                                                             "phase": index})
+            raise WorkerShuttingDown(f"the worker stopped step {index} to shut down; it runs again elsewhere")
 
         status: ItemStatus = "incomplete" if stopped or overtime else "completed"
         try:

@@ -48,8 +48,12 @@ async def stream(
     control.start()
     loop = asyncio.get_running_loop()
     ready_in_a_row = 0
+    shutdown = caches.shutdown
+    shutdown.enter()
     try:
         while True:
+            if shutdown.requested:
+                context.shutting_down = True
             if context.should_stop:
                 stopped = True
                 break
@@ -98,6 +102,7 @@ async def stream(
         appender.cancel()
         raise
     finally:
+        shutdown.leave()
         await control.stop()
         if pending is not None:
             # Let a cancelled ``anext`` settle (bounded: an agent may swallow the cancellation), so the

@@ -61,4 +61,6 @@ async def worker() -> Worker:
             found = await bootstrap(settings, _agent_factory(settings))  # the storage SDKs load here
             _workers[key] = found
             resume_notice.announce_once(found.engine.storage, settings, time.time())  # one line, if runs resume
+            # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
+            found.engine.caches.shutdown.install(asyncio.get_running_loop())
     return found

@@ -198,3 +198,28 @@ def test_a_steered_agent_finishes_its_step_early_then_the_queued_turn_runs(clien
                              timeout=60)
     assert done_second.output_text == "You are welcome; tools used so far: 1."  # it sees the first turn's tool
     assert len(effects_of(effects_file, first.id)) == 1
+
+
+def test_a_worker_told_to_shut_down_stops_its_step_which_runs_again_elsewhere(
+        client: OpenAI, double: HostDouble, effects_file: Path, policy: ToolLoop) -> None:
+    """SIGTERM (scale-in, host stop): the step streaming the answer stops at once, closes its item
+    ``incomplete`` itself and is not checkpointed; the next worker runs it again from the tool's result."""
+    import os
+    import signal
+
+    policy.answer_delay = 0.4
+    stream = client.responses.create(model="fake", input="please e-mail bob", stream=True, background=True)
+    with stream:
+        seen, _ = read_events(stream, stop=lambda event, _: event.type == "response.output_text.delta")
+        response_id = seen[0].response.id
+        before = double.stats()["worker_restarts"]
+        os.kill(double.stats()["worker_pid"], signal.SIGTERM)
+        double.wait_for_worker_restarts(before + 1, timeout=60)
+    policy.answer_delay = 0.0
+    events = finish(client, response_id, seen)
+    closed = [e for e in events if e.type == "response.output_item.done" and e.item.type == "message"]
+    assert closed[0].item.status == "incomplete"  # closed by the worker that stopped, before the reset
+    assert [e.type for e in events].index("response.in_progress", 2) > events.index(closed[0])
+    assert re.search(rf"phase stopped: the worker is shutting down \| response_id={response_id}", double.log())
+    assert len(effects_of(effects_file, response_id)) == 1
+    assert client.responses.retrieve(response_id).output_text == "Done: e-mail sent to bob."

@@ -16,7 +16,8 @@ from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Respon
 from resilient.functions import runtime
 from resilient.functions.client import ClientRuntime, repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
-from resilient.http.service import HttpResult, ResponsesService, guarded
+from resilient.http.service import HttpResult, ResponsesService
+from resilient.http.traced import traced
 from resilient.settings import Settings
 
 log = logging.getLogger("resilient.http")
@@ -62,7 +63,7 @@ def http_blueprint() -> DurableBlueprint:
         async def handle() -> HttpResult:
             return await (await _service(client)).create(await req.body())
 
-        return _to_response(await guarded(handle()))
+        return _to_response(await traced("POST /responses", handle()))
 
     @bp.route(route="responses/{response_id}", methods=["GET"])
     @bp.durable_client_input(client_name="client")
@@ -72,7 +73,7 @@ def http_blueprint() -> DurableBlueprint:
         async def handle() -> HttpResult:
             return await (await _service(client)).retrieve(response_id, dict(req.query_params), _headers(req))
 
-        return _to_response(await guarded(handle()))
+        return _to_response(await traced("GET /responses/{response_id}", handle(), response_id))
 
     @bp.route(route="responses/{response_id}/cancel", methods=["POST"])
     @bp.durable_client_input(client_name="client")
@@ -82,7 +83,7 @@ def http_blueprint() -> DurableBlueprint:
         async def handle() -> HttpResult:
             return await (await _service(client)).cancel(response_id)
 
-        return _to_response(await guarded(handle()))
+        return _to_response(await traced("POST /responses/{response_id}/cancel", handle(), response_id))
 
     @bp.route(route="responses/{response_id}", methods=["DELETE"])
     @bp.durable_client_input(client_name="client")
@@ -92,7 +93,7 @@ def http_blueprint() -> DurableBlueprint:
         async def handle() -> HttpResult:
             return await (await _service(client)).delete(response_id)
 
-        return _to_response(await guarded(handle()))
+        return _to_response(await traced("DELETE /responses/{response_id}", handle(), response_id))
 
     @bp.route(route="responses/{response_id}/input_items", methods=["GET"])
     @bp.durable_client_input(client_name="client")
@@ -102,7 +103,7 @@ def http_blueprint() -> DurableBlueprint:
         async def handle() -> HttpResult:
             return await (await _service(client)).input_items(response_id, dict(req.query_params))
 
-        return _to_response(await guarded(handle()))
+        return _to_response(await traced("GET /responses/{response_id}/input_items", handle(), response_id))
 
     @bp.route(route="ops/crash", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
     async def crash_worker(req: Request) -> Response:

@@ -24,6 +24,9 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
 from resilient.agents import model
 from resilient.agents.base import (
     AgentRequest,
@@ -36,6 +39,7 @@ from resilient.agents.base import (
     Usage,
 )
 from resilient.settings import Settings
+from resilient.telemetry import spans
 
 CALL_TOOL_PHASE = "call-tool"
 
@@ -159,15 +163,34 @@ class ResearchAgent:
         if request.tools:
             extra["tools"] = model.chat_tools(request.tools)
             extra["tool_choice"] = model.chat_tool_choice(request.tool_choice)
+        # One client span per chat call, ended however the call ends (see telemetry.spans.model_span).
+        endpoint = self._settings.azure_openai_endpoint or ""
+        span = spans.model_span(self._settings.azure_openai_deployment,
+                                "openai" if model.is_v1_base_url(endpoint) else "azure.ai.openai")
         try:
-            stream = await self._model().chat.completions.create(
-                model=self._settings.azure_openai_deployment, messages=messages, stream=True,
-                stream_options={"include_usage": True}, **extra)
+            async for output in self._model_stream(context, span, messages, extra):
+                yield output
+        except Exception as exc:  # not a cancel or an early close: those are how a phase stops
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR))
+            raise
+        finally:
+            span.end()
+
+    async def _model_stream(self, context: PhaseContext, span: Span, messages: list[dict[str, Any]],
+                            extra: dict[str, Any]) -> AsyncIterator[PhaseOutput]:
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                stream = await self._model().chat.completions.create(
+                    model=self._settings.azure_openai_deployment, messages=messages, stream=True,
+                    stream_options={"include_usage": True}, **extra)
         except Exception as exc:
             raise model.agent_error(exc) from exc
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
+                    span.set_attribute("gen_ai.usage.input_tokens", int(chunk.usage.prompt_tokens or 0))
+                    span.set_attribute("gen_ai.usage.output_tokens", int(chunk.usage.completion_tokens or 0))
                     yield _usage(chunk.usage)
                 for choice in chunk.choices:
                     delta = choice.delta

@@ -63,6 +63,7 @@ from resilient.engine.pump import EAGER_OUTPUTS_BEFORE_A_YIELD, PENDING_SETTLE_S
 from resilient.engine.runmemo import REMEMBERED_RUNS, RunMemo
 from resilient.settings import Settings
 from resilient.storage.ports import JsonDict, ResponseRecord
+from resilient.telemetry import metrics, spans
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -118,7 +119,8 @@ class Engine:
         return await planning.mark_queued(self.storage, response_id)
 
     async def run_phase(self, response_id: str, index: int, *, finalize: bool = False,
-                        plan: bool = False, position: int | None = None) -> JsonDict:
+                        plan: bool = False, position: int | None = None, traceparent: str | None = None
+                        ) -> JsonDict:
         """Stream one phase into the event log and checkpoint its output item(s). Returns a small summary
         (with ``phases``: how many phases this turn's plan has).
 
@@ -138,7 +140,24 @@ class Engine:
 
         ``position``: where this step's output items start (open plans, whose steps have any number of
         items; the orchestrator adds up the ``items`` of the steps before). Else the phase's own index.
+
+        ``traceparent``: the run's trace context (from the activity's input): the phase's span joins the
+        run's trace (:func:`resilient.telemetry.spans.activity_span`).
         """
+        attributes = {"phase.index": index, "phase.position": index if position is None else position,
+                      "phase.is_recovery": False}
+        with spans.activity_span("run_phase", response_id, traceparent, attributes) as span:
+            outcome = "error"
+            try:
+                summary = await self._run_phase(response_id, index, finalize, plan, position)
+                outcome = phase_outcome(summary)
+                return summary
+            finally:
+                span.set_attribute("phase.outcome", outcome)
+                metrics.PHASES.add(1, {"outcome": outcome})
+
+    async def _run_phase(self, response_id: str, index: int, finalize: bool, plan: bool,
+                         position: int | None) -> JsonDict:
         limit = self.settings.phase_deadline_seconds
         deadline = None if limit is None else time.monotonic() + limit  # the host's timeout counts from here
         try:
@@ -163,10 +182,14 @@ class Engine:
         return summary
 
     async def finalize(self, response_id: str, outcome: JsonDict,
-                       output: Sequence[JsonDict] | None = None) -> JsonDict:
+                       output: Sequence[JsonDict] | None = None, *, traceparent: str | None = None) -> JsonDict:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent); see
         :func:`resilient.engine.conclude.finalize`."""
-        return await conclude.finalize(self.storage, self.caches, response_id, outcome, output)
+        with spans.activity_span("finalize", response_id, traceparent,
+                                 {"outcome.status": str(outcome.get("status", "completed"))}) as span:
+            final = await conclude.finalize(self.storage, self.caches, response_id, outcome, output)
+            span.set_attribute("status", str(final.get("status")))
+            return final
 
     async def inspect(self, response_id: str) -> JsonDict:
         """Whether a response's run is over (terminal status and terminal event); see
@@ -177,3 +200,13 @@ class Engine:
         """Set ``cancelled`` once the run has stopped and its output is checkpointed (no-op when a
         terminal status is already set). Finalize still appends the terminal event."""
         await conclude.settle_cancel(self.storage, response_id)
+
+
+def phase_outcome(summary: JsonDict) -> str:
+    """One word for how a phase activity ended (a span attribute and a counter dimension): its stop word,
+    ``retry_after`` (the model asked to wait), ``completed`` (it concluded the run) or ``checkpointed``."""
+    if summary.get("stop"):
+        return str(summary["stop"])
+    if summary.get("retry_after") is not None:
+        return "retry_after"
+    return "completed" if isinstance(summary.get("final"), dict) else "checkpointed"

@@ -15,6 +15,7 @@ from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
 from resilient.storage.errors import LostOwnership
 from resilient.storage.ports import EventWriter, JsonDict, ResponseRecord
+from resilient.telemetry import metrics, spans
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -94,6 +95,8 @@ class Claim:
                 self.appended = True
                 if self._head:  # the reset is in the log: this attempt repeats the phase
                     log.warning("recovering phase", extra={"response_id": rid, "phase": self._index})
+                    spans.set_current(**{"phase.is_recovery": True})
+                    metrics.RECOVERIES.add(1)
                 return last
             except LostOwnership:
                 checkpoints = await storage.items.list_output_items(rid)

@@ -23,6 +23,7 @@ from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.storage.cas import retry_cas
 from resilient.storage.errors import LostOwnership, NotFound, PreconditionFailed
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
+from resilient.telemetry import metrics
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -51,9 +52,13 @@ async def finalize(storage: Storage, caches: InstanceCaches, response_id: str, o
     terminal = [terminal_event(record, output)]
     mend = await mend_left_open(storage, response_id, record, output)
 
+    ending: list[bool] = []  # whether this call's last attempt appended the terminal event (else it was there)
+
     def unless_ended(last: JsonDict | None) -> list[JsonDict]:
+        ending[:] = [False]
         if (last or {}).get("type") in ev.TERMINAL_EVENT_TYPES:
             return []
+        ending[:] = [True]
         if mend is not None and (last or {}).get("sequence_number") == mend[0]:
             return [*mend[1], *terminal]
         return terminal
@@ -63,6 +68,8 @@ async def finalize(storage: Storage, caches: InstanceCaches, response_id: str, o
         ended = True
     except LostOwnership:
         ended = False
+    if ended and ending == [True]:  # counted once per run: a repeated finalize finds the event there
+        metrics.RUNS_FINISHED.add(1, {"status": record.status})
     caches.feed.expect(response_id, 0)
     if ended:
         await leave_index(storage, response_id)

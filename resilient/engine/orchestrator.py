@@ -95,6 +95,11 @@ OWNS_LOCK_KEY = "owns_lock"
 FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
 OPEN_KEY = "open"  # in a run_phase result: the plan is open (steps decided at run time; each may be the last)
 ITEMS_KEY = "items"  # in an open plan's step result: how many output items the step left
+# In the input of a traced run: the W3C trace context of the request that created it. Copied as is into every
+# activity's input (only when present, so an untraced run schedules exactly what it always did), so each
+# activity's span joins the run's trace (see resilient.telemetry.spans). Not a version change: the steps and
+# their order are the same, and an activity ignores an input key it does not know.
+TRACE_PARENT_KEY = "traceparent"
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
@@ -153,6 +158,7 @@ class _Run:
     response_id: str
     chain_id: str | None
     crashes: int = 0
+    traceparent: str | None = None  # the run's trace context (TRACE_PARENT_KEY), passed to every activity
 
     @property
     def lock(self) -> Any:
@@ -169,6 +175,8 @@ class _Run:
         """Call an activity; retry ordinary failures ``attempts`` times and lost workers under the crash
         budget (per step, and per run when ``run_budget``). Re-raise once a budget is spent."""
         failures = crashes = 0
+        if self.traceparent:
+            payload = {**payload, TRACE_PARENT_KEY: self.traceparent}
         while True:
             try:
                 return (yield self.context.call_activity(name, payload))
@@ -363,14 +371,16 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, JsonDict]:
     """Drive one response phase by phase.
 
     Input: ``{"response_id": str, "chain_id": str | None, "owns_lock": bool?, "nothing_ahead": bool?,
-    "repair": int?, "forget_after_seconds": int?}``;
+    "repair": int?, "forget_after_seconds": int?, "traceparent": str?}``;
     ``repair`` marks an execution started by the repair path over a Failed/Terminated/missing one (see
     :mod:`resilient.engine.repair`); ``forget_after_seconds`` marks a ``store=false`` run, which ends, however
     it ended, by deleting everything once its client is done with it (:func:`_forget`).
     """
     args = context.get_input() or {}
     chain_id = args.get("chain_id")
-    run = _Run(context, str(args["response_id"]), str(chain_id) if chain_id else None)
+    traceparent = args.get(TRACE_PARENT_KEY)
+    run = _Run(context, str(args["response_id"]), str(chain_id) if chain_id else None,
+               traceparent=str(traceparent) if traceparent else None)
     final = yield from _respond(run, args)
     if args.get(FORGET_AFTER_KEY) is not None:
         yield from _forget(run, int(args[FORGET_AFTER_KEY]))

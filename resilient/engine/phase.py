@@ -34,6 +34,7 @@ from resilient.settings import Settings
 from resilient.storage.cas import retry_cas
 from resilient.storage.errors import PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, Control, EventWriter, JsonDict, ResponseRecord
+from resilient.telemetry import spans
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -93,6 +94,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         checkpoints = await storage.items.list_output_items(response_id)
         writer = None
         request = None
+    spans.set_current(chain_id=record.doc.get("chain_id"))
     plan = [Phase.from_json(p) for p in record.doc.get("plan") or []]
     offset = int(record.doc.get("phase_offset", 0))
     is_open = steps.is_open(record.doc)

@@ -59,6 +59,7 @@ from resilient.engine.logtail import log_ended
 from resilient.engine.orchestrator import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
 from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
+from resilient.telemetry import metrics
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -231,6 +232,7 @@ class Repairer:
             return Verdict(response_id, "start_failed", status, repr(error)[:200])
         log.warning("repaired", extra={"response_id": response_id, "found": found, "repair": count + 1,
                                        "status": record.status})
+        metrics.REPAIRS.add(1, {"action": "restarted", "found": found})
         return Verdict(response_id, "restarted", status)
 
     async def _finished(self, response_id: str) -> Verdict | None:
@@ -260,4 +262,5 @@ class Repairer:
                                              {"response_id": response_id})
         await self.storage.active.remove(response_id)
         log.error("repair gave up", extra={"response_id": response_id, "found": found})
+        metrics.REPAIRS.add(1, {"action": "gave_up", "found": found})
         return Verdict(response_id, "gave_up", found)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from resilient.engine import chainlock, orchestrator, unstored
@@ -15,6 +16,7 @@ from resilient.functions import runtime
 from resilient.functions.client import repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory
+from resilient.telemetry.spans import TRACE_PARENT_KEY, activity_span
 
 if TYPE_CHECKING:
     import azure.durable_functions as df
@@ -43,17 +45,20 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]),
                                                         finalize=bool(args.get("finalize", False)),
                                                         plan=bool(args.get("plan", False)),
-                                                        position=_position(args))
+                                                        position=_position(args),
+                                                        traceparent=args.get(TRACE_PARENT_KEY))
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.FINALIZE)
     async def finalize_response(payload: Any) -> dict[str, Any]:
         args = _args(payload)
-        return await (await runtime.engine()).finalize(str(args["response_id"]), args)
+        traceparent = args.pop(TRACE_PARENT_KEY, None)
+        return await (await runtime.engine()).finalize(str(args["response_id"]), args, traceparent=traceparent)
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.MARK_QUEUED)
     async def mark_queued(payload: Any) -> dict[str, Any]:
         args = _args(payload)
-        return await (await runtime.engine()).mark_queued(str(args["response_id"]))
+        with _span(orchestrator.MARK_QUEUED, args):
+            return await (await runtime.engine()).mark_queued(str(args["response_id"]))
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.INSPECT)
     @bp.durable_client_input(client_name="client")
@@ -61,26 +66,30 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         """Whether a response's run is over. If it is not, the repair path also checks (throttled) that its
         orchestration is alive: a queued turn inspecting the lock holder thus restarts a dead holder."""
         args = _args(payload)
-        engine = await runtime.engine()
-        verdict = await engine.inspect(str(args["response_id"]))
-        if not verdict.get("over"):
-            await repairer(DurableClient(client), engine).nudge(str(args["response_id"]))
-        return verdict
+        with _span(orchestrator.INSPECT, args):
+            engine = await runtime.engine()
+            verdict = await engine.inspect(str(args["response_id"]))
+            if not verdict.get("over"):
+                await repairer(DurableClient(client), engine).nudge(str(args["response_id"]))
+            return verdict
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.WAKE_NEXT)
     @bp.durable_client_input(client_name="client")
     async def wake_next_turn(payload: Any, client: str) -> dict[str, Any]:
         args = _args(payload)
         next_id = str(args["response_id"])
-        await DurableClient(client).get().raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
+        with _span(orchestrator.WAKE_NEXT, args):
+            await DurableClient(client).get().raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
         return {"woken": next_id}
 
     @bp.activity_trigger(input_name="payload", activity=orchestrator.FORGET)
     @bp.durable_client_input(client_name="client")
     async def forget_response(payload: Any, client: str) -> dict[str, Any]:
         """store=false: delete the response's data now, and this orchestration's history once it ends."""
-        response_id = str(_args(payload)["response_id"])
-        await unstored.forget((await runtime.engine()).storage, response_id)
+        args = _args(payload)
+        response_id = str(args["response_id"])
+        with _span(orchestrator.FORGET, args):
+            await unstored.forget((await runtime.engine()).storage, response_id)
         history = ClientHistory(DurableClient(client))
         unstored.detach(unstored.purge_history_when_done(history, response_id), "history purge")
         return {"forgotten": True}
@@ -93,6 +102,11 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         context.set_result(answer)
 
     return bp
+
+
+def _span(name: str, args: dict[str, Any]) -> AbstractContextManager[Any]:
+    """The span of a small activity, in its run's trace when its input carries one."""
+    return activity_span(name, str(args["response_id"]), args.get(TRACE_PARENT_KEY))
 
 
 def _position(args: dict[str, Any]) -> int | None:

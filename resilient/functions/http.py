@@ -17,7 +17,7 @@ from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Respon
 from resilient.functions import runtime
 from resilient.functions.client import ClientRuntime, repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
-from resilient.http.service import HttpResult, ResponsesService, error_result, guarded
+from resilient.http.service import HttpResult, ResponsesService, error_result
 from resilient.http.surface import (
     REQUEST_ID_HEADER,
     check_settings_at_start_up,
@@ -26,6 +26,7 @@ from resilient.http.surface import (
     root_body,
     v1_operation,
 )
+from resilient.http.traced import traced
 from resilient.protocol import errors
 from resilient.settings import Settings
 from resilient.storage.errors import NotFound
@@ -82,7 +83,17 @@ async def _operate(operation: str, req: Request, client: str, response_id: str) 
             return await service.delete(response_id)
         return await service.input_items(response_id, dict(req.query_params))
 
-    return _to_response(await guarded(handle()), req)
+    return _to_response(await traced(ROUTES[operation], handle(), response_id or None), req)
+
+
+# The span name of each operation (the route it was written for; ``/v1`` requests are the same operation).
+ROUTES = {
+    "create": "POST /responses",
+    "retrieve": "GET /responses/{response_id}",
+    "cancel": "POST /responses/{response_id}/cancel",
+    "delete": "DELETE /responses/{response_id}",
+    "input_items": "GET /responses/{response_id}/input_items",
+}
 
 
 def _not_found(req: Request) -> Response:

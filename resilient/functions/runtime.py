@@ -19,6 +19,7 @@ from resilient.bootstrap import Worker, bootstrap
 from resilient.engine import resume_notice
 from resilient.engine.activities import Engine
 from resilient.settings import Settings
+from resilient.telemetry import setup as telemetry
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
@@ -31,10 +32,12 @@ _lock = asyncio.Lock()
 
 
 def configure(agent_factory: AgentFactory) -> None:
-    """Called by the blueprint factory: which agent this app runs. Also turns on log context."""
+    """Called by the blueprint factory: which agent this app runs. Also turns on log context, and
+    traces and metrics when an app setting names where to send them (nothing is loaded otherwise)."""
     global _agent_factory
     _agent_factory = agent_factory
     logs.install()
+    telemetry.configure()
 
 
 async def storage() -> Storage:

@@ -59,6 +59,7 @@ from resilient.protocol.params import parse_int
 from resilient.settings import Settings
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import ResponseRecord
+from resilient.telemetry import spans
 
 if TYPE_CHECKING:
     from resilient.protocol.request import CreateResponseRequest
@@ -176,6 +177,7 @@ class ResponsesService(ResponseReader):
             run_input[orch.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
         if not request.store:  # in the row too: a repaired execution must still delete itself at its end
             run_input[orch.FORGET_AFTER_KEY] = doc[orch.FORGET_AFTER_KEY]
+        spans.describe_run(run_input, response_id, chain_id)  # the run joins this request's trace, if any
         self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
         created = writer.last_committed  # a stream of this create starts from it, not from a storage read
         if self._on_created is not None:

@@ -60,8 +60,9 @@ async def run(args: argparse.Namespace) -> int:
             print(READY_LINE.format(port=args.port), flush=True)
         reason = await host.stopped
         log(f"host stopping ({reason})")
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(host.drain(), 5.0)
+        if args.instance:  # scale-in of one of several instances: drain mode first (see README, "Scale-out")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(host.drain(), 5.0)
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, args.shutdown_timeout + 3.0)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import socket
@@ -57,6 +58,15 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 FRONT_END_IDLE_TIMEOUT = 240.0  # what the front end waits for an instance's next byte (see the host's proxy)
 
 STARTING, READY, DRAINING, STOPPED, KILLED = "starting", "ready", "draining", "stopped", "killed"
+
+
+class InstanceLost(Exception):
+    """The instance died (or went idle too long) while its response streamed: the client connection is aborted."""
+
+
+class _QuietInstanceLost(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], InstanceLost))
 
 
 def platform_log(message: str) -> None:
@@ -242,7 +252,7 @@ class ScaleOutPlatform:
             except BrokenStream as exc:
                 platform_log(f"front end: response {request.method} {path} from instance {instance.name} broke off "
                              f"({exc}); the client connection is aborted")
-                raise
+                raise InstanceLost(str(exc)) from exc
             finally:
                 await upstream.close(completed)
 
@@ -275,6 +285,7 @@ class ScaleOutPlatform:
             sock.listen(1024)
         except OSError as exc:
             raise SystemExit(f"host double: cannot listen on 127.0.0.1:{self.port}: {exc}") from None
+        logging.getLogger("uvicorn.error").addFilter(_QuietInstanceLost())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)

@@ -16,7 +16,7 @@ from tests.hostdouble.durable.leases import PartitionLeases
 from tests.hostdouble.durable.store import Storage, TaskHubNames
 
 CONNECTION = os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true")
-FAR = timedelta(seconds=300)  # the background cycle never comes within the test: each step is called by hand
+FAR = timedelta(seconds=300)
 
 
 def test_a_new_worker_steals_one_lease_per_round_from_the_busiest_until_each_has_its_share() -> None:
@@ -29,13 +29,18 @@ def test_a_new_worker_steals_one_lease_per_round_from_the_busiest_until_each_has
                                lease_acquire_interval=FAR)
         return PartitionLeases(Storage(CONNECTION, names), config, log.append, lambda p: None, lambda p: None)
 
+    async def begin(leases: PartitionLeases) -> None:
+        await leases.start()  # initialize and one renew-and-take step, then...
+        assert leases._task is not None
+        leases._task.cancel()  # ...no background cycle: the test calls each step by hand
+
     async def scenario() -> None:
         a, b, c = worker("stamp:a"), worker("stamp:b"), worker("stamp:c")
         try:
             await a.storage.create_task_hub()
-            await a.start()
+            await begin(a)
             assert sorted(a.owned) == [0, 1, 2, 3]  # alone: target 4, every lease free
-            await b.start()  # target 2, nothing free: one stolen from a (4 > 2 - 1)
+            await begin(b)  # target 2, nothing free: one stolen from a (4 > 2 - 1)
             assert len(b.owned) == 1 and b.stolen == 1
             await a._renew_owned()  # a learns it at its next renewal
             assert len(a.owned) == 3 and a.lost == 1
@@ -44,7 +49,7 @@ def test_a_new_worker_steals_one_lease_per_round_from_the_busiest_until_each_has
             assert (len(a.owned), len(b.owned)) == (2, 2)
             await b._take()  # at its share: takes nothing
             assert len(b.owned) == 2 and b.stolen == 2
-            await c.start()  # target ceil(4 / 3) = 2, two short: steals one from a worker holding 2 (> 2 - 1)
+            await begin(c)  # target ceil(4 / 3) = 2, two short: steals one from a worker holding 2 (> 2 - 1)
             await c._take()  # one short: nobody holds more than 2, nothing to steal
             await a._renew_owned()
             await b._renew_owned()

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.azurite, pytest.mark.slow]
 
 QUESTION = "Scale out under a running run"
 RUN = knobs(phases=4, words=8, delay_ms=120)  # ~4 s of deltas: long enough to change the instances under it
-LONG_RUN = knobs(phases=6, words=10, delay_ms=250)  # ~15 s: outlasts an instance's start-up
+LONG_RUN = knobs(phases=6, words=20, delay_ms=250)  # ~30 s: outlasts an instance's start-up
 
 
 def start(client: OpenAI, upto: int = 3, run: dict[str, str] = RUN) -> tuple[str, list[Any]]:
@@ -100,7 +100,7 @@ def test_a_run_streams_from_an_instance_that_neither_created_nor_runs_it(double:
     names = double.ready_instances()
     creator = names[0]
     response_id, events = start(client_for(double, creator), upto=0)
-    runner = runner_of(double, response_id)
+    runner = wait_for(lambda: runner_of(double, response_id), 30.0, "an owner of the run's partition")
     reader = next(name for name in names if name not in (creator, runner))
     served = {i["name"]: i["requests"] for i in double.list_instances()}
     events = finish(double, client_for(double, reader), response_id, events)
@@ -122,8 +122,7 @@ def test_an_instance_added_mid_run_takes_partitions_and_the_run_completes(double
 def test_an_instance_drained_mid_run_hands_over_and_the_run_completes(double: HostDouble) -> None:
     client = client_for(double)
     response_id, events = start(client)
-    runner = runner_of(double, response_id)
-    assert runner is not None
+    runner = wait_for(lambda: runner_of(double, response_id), 30.0, "an owner of the run's partition")
     double.drain_instance(runner)
     assert runner not in double.ready_instances()  # out of the front end's rotation at once
     finish(double, client, response_id, events)
@@ -136,8 +135,7 @@ def test_an_instance_drained_mid_run_hands_over_and_the_run_completes(double: Ho
 def test_an_instance_killed_mid_run_is_replaced_by_the_others_and_the_run_completes(double: HostDouble) -> None:
     client = client_for(double)
     response_id, events = start(client)
-    runner = runner_of(double, response_id)
-    assert runner is not None
+    runner = wait_for(lambda: runner_of(double, response_id), 30.0, "an owner of the run's partition")
     assert double.kill_instance(runner) is not None
     finish(double, client, response_id, events)
     assert double.wait_instance_state(runner, ("killed",))["state"] == "killed"

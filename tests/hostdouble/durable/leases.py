@@ -169,12 +169,15 @@ class PartitionLeases:
             return  # only one lease at a time
 
     async def _cycle(self) -> None:
+        """Renew and balance, each when its interval is due. The loop wakes every ``tick`` (the shorter
+        interval) on a wall-clock grid, so a step whose interval is the tick runs at every wake-up."""
         now = time.monotonic()
+        tick = min(self.config.lease_renew_interval, self.config.lease_acquire_interval).total_seconds()
         if now >= self._next_renew:
-            self._next_renew = now + self.config.lease_renew_interval.total_seconds() - 0.05
+            self._next_renew = now + self.config.lease_renew_interval.total_seconds() - tick + 0.05
             await self._renew_owned()
         if now >= self._next_take:
-            self._next_take = now + self.config.lease_acquire_interval.total_seconds() - 0.05
+            self._next_take = now + self.config.lease_acquire_interval.total_seconds() - tick + 0.05
             try:
                 await self._take()
             except asyncio.CancelledError:

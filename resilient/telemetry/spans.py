@@ -21,7 +21,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from resilient.engine.orchestrator import TRACE_PARENT_KEY
+# The key of a run's W3C trace context in its orchestration input and activity payloads (the orchestrator
+# names the same key; tests/replay/test_trace_context.py keeps the two equal). Defined here too because the
+# telemetry package sits below the engine.
+TRACE_PARENT_KEY = "traceparent"
 
 TRACER = trace.get_tracer("resilient")
 _PROPAGATOR = TraceContextTextMapPropagator()

@@ -70,3 +70,10 @@ def test_an_untraced_run_schedules_no_trace_key(handle: Any) -> None:
     episode = drive(Replay(handle, {"response_id": RID}), _respond)
     assert episode.is_done
     assert all(orch.TRACE_PARENT_KEY not in args for _, args in _inputs(episode.actions))
+
+
+def test_the_orchestrator_and_telemetry_name_the_same_key() -> None:
+    from resilient.engine import orchestrator
+    from resilient.telemetry import spans
+
+    assert orchestrator.TRACE_PARENT_KEY == spans.TRACE_PARENT_KEY

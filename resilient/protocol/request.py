@@ -13,29 +13,46 @@ with an exact param (input items, ids, metadata limits, cross-field rules) raise
 ``PydanticCustomError("api_error", ..., {"param", "code", "message"})`` from validators, so
 ``CreateResponseRequest.model_validate`` enforces everything on its own and :func:`parse_create_request`
 only translates the first error into an :class:`ApiError`.
+
+The parts live beside it: ``input_items.py`` (the input, and its normalisation into stored items),
+``tools.py`` (``tools`` and ``tool_choice``), ``request_errors.py`` (the custom errors and their translation).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
-from typing import Any, Literal, NoReturn, cast
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import ErrorDetails, PydanticCustomError
 
 from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
-from resilient.protocol.errors import ApiError, invalid_request
-from resilient.protocol.items import (
-    MessageRole,
-    approval_response_item,
-    function_call_output_item,
-    input_text_part,
-    output_message,
-    output_text_part,
+from resilient.protocol.errors import invalid_request
+from resilient.protocol.input_items import (
+    ApprovalResponse,
+    FunctionCallOutput,
+    InputItem,
+    InputMessage,
+    TextPart,
+    _parse_item,
+    normalize_input_items,
 )
+from resilient.protocol.request_errors import (
+    _fail,
+    _fail_bad_id,
+    _fail_missing,
+    _fail_type,
+    _fail_unknown,
+    _fail_value,
+    _json_kind,
+    _key,
+    _param_of,
+    api_error_from_validation,
+)
+from resilient.protocol.tools import FunctionTool, _parse_tool, _parse_tool_choice
+
+__all__ = ["ApprovalResponse", "CreateResponseRequest", "FunctionCallOutput", "FunctionTool", "InputItem",
+           "InputMessage", "TextPart", "api_error_from_validation", "normalize_input_items", "parse_create_request"]
 
 # Known OpenAI create parameters that are accepted and ignored.
 IGNORED_FIELDS: frozenset[str] = frozenset(
@@ -63,84 +80,12 @@ METADATA_MAX_KEY = 64
 METADATA_MAX_VALUE = 512
 MODEL_MAX_LENGTH = 256
 
-_ROLES: tuple[str, ...] = ("user", "system", "developer", "assistant")
-_MESSAGE_KEYS: frozenset[str] = frozenset({"type", "role", "content", "id", "status", "phase"})
-_PART_KEYS: dict[str, frozenset[str]] = {
-    "input_text": frozenset({"type", "text", "prompt_cache_breakpoint"}),
-    "output_text": frozenset({"type", "text", "annotations", "logprobs"}),
-}
-_ITEM_STATUSES: tuple[str, ...] = ("in_progress", "completed", "incomplete")
-_PHASES: tuple[str, ...] = ("commentary", "final_answer")
-_MAX_KEY_ECHO = 64
 MAX_TOOLS = 128
 # Input items per create. Each item is one table row, written in transactions of 100 before the create
 # answers, so the count bounds the create's storage work (21 transactions at most; on Azurite each
 # transaction also gets slower as the response's partition grows, so 20,000 items took minutes). Longer histories
 # belong to the chain: previous_response_id and conversation carry earlier turns without resending them.
 MAX_INPUT_ITEMS = 2048
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_FUNCTION_TOOL_KEYS: frozenset[str] = frozenset({"type", "name", "description", "parameters", "strict"})
-_TOOL_CHOICE_MODES: tuple[str, ...] = ("auto", "none", "required")
-_FUNCTION_OUTPUT_KEYS: frozenset[str] = frozenset({"type", "call_id", "output", "id", "status"})
-_APPROVAL_RESPONSE_KEYS: frozenset[str] = frozenset({"type", "approval_request_id", "approve", "reason", "id"})
-_INPUT_ITEM_TYPES: tuple[str, ...] = ("message", "function_call_output", "mcp_approval_response")
-
-
-# --------------------------------------------------------------------------- error helpers
-
-
-def _key(key: object) -> str:
-    """A client-chosen key as it appears in a ``param`` path, capped so a huge key is not echoed."""
-    text = str(key)
-    return text if len(text) <= _MAX_KEY_ECHO else text[:_MAX_KEY_ECHO] + "..."
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _fail(param: str | None, code: str, message: str, *, status: int = 400) -> NoReturn:
-    raise PydanticCustomError("api_error", "{message}",
-                              {"param": param, "code": code, "message": message, "status": status})
-
-
-def _fail_type(param: str, expected: str, value: object) -> NoReturn:
-    _fail(
-        param,
-        errors.CODE_INVALID_TYPE,
-        f"Invalid type for '{param}': expected {expected}, but got {_json_kind(value)} instead.",
-    )
-
-
-def _fail_value(param: str | None, detail: str) -> NoReturn:
-    _fail(param, errors.CODE_INVALID_VALUE, f"Invalid value for '{param}': {detail}")
-
-
-def _fail_bad_id(param: str, prefix: str, value: object) -> NoReturn:
-    _fail_value(
-        param,
-        f"{errors.echo(value)}. Expected an id starting with '{prefix}', 1-128 characters of [A-Za-z0-9_-].",
-    )
-
-
-def _fail_unknown(param: str) -> NoReturn:
-    _fail(param, errors.CODE_UNKNOWN_PARAMETER, f"Unknown parameter: '{param}'.")
-
-
-def _fail_missing(param: str) -> NoReturn:
-    _fail(param, errors.CODE_MISSING_PARAMETER, f"Missing required parameter: '{param}'.")
 
 
 # --------------------------------------------------------------------------- models
@@ -152,276 +97,6 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     include_obfuscation: bool = True
-
-
-class TextPart(BaseModel):
-    """One text content part of an input message, after normalization."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    type: Literal["input_text", "output_text"]
-    text: str
-
-
-class InputMessage(BaseModel):
-    """One input message, normalized: ``content`` is always a list of parts."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    role: MessageRole
-    content: list[TextPart]
-
-
-class FunctionCallOutput(BaseModel):
-    """A ``function_call_output`` input item: the client's answer to a ``function_call``."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    type: Literal["function_call_output"] = "function_call_output"
-    call_id: str
-    output: str | list[TextPart]
-
-
-class ApprovalResponse(BaseModel):
-    """An ``mcp_approval_response`` input item: a person's answer to an ``mcp_approval_request``."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    type: Literal["mcp_approval_response"] = "mcp_approval_response"
-    approval_request_id: str
-    approve: bool
-    reason: str | None = None
-
-
-InputItem = InputMessage | FunctionCallOutput | ApprovalResponse
-
-
-class FunctionTool(BaseModel):
-    """A ``function`` tool. ``parameters`` is a JSON Schema of type ``object`` (passed to the model as is)."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    type: Literal["function"] = "function"
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The tool as the response object echoes it (``FunctionTool``)."""
-        return {"type": "function", "name": self.name, "description": self.description,
-                "parameters": self.parameters, "strict": self.strict}
-
-
-def _parse_tool(raw: object, at: str) -> FunctionTool:
-    if not isinstance(raw, dict):
-        _fail_type(at, "an object", raw)
-    if "type" not in raw:
-        _fail_missing(f"{at}.type")
-    if raw["type"] != "function":
-        _fail(f"{at}.type", errors.CODE_UNSUPPORTED_VALUE,
-              f"Unsupported value for '{at}.type': {errors.echo(raw['type'])}. This service supports only "
-              "tools of type 'function'.")
-    for key in raw:
-        if key not in _FUNCTION_TOOL_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if "name" not in raw:
-        _fail_missing(f"{at}.name")
-    name = raw["name"]
-    if not isinstance(name, str):
-        _fail_type(f"{at}.name", "a string", name)
-    if not _TOOL_NAME.fullmatch(name):
-        _fail_value(f"{at}.name", f"{errors.echo(name)}. Expected 1-64 characters of [A-Za-z0-9_-].")
-    description = raw.get("description")
-    if description is not None and not isinstance(description, str):
-        _fail_type(f"{at}.description", "a string", description)
-    strict = raw.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        _fail_type(f"{at}.strict", "a boolean", strict)
-    parameters = raw.get("parameters")
-    if parameters is not None:
-        # Only what docs/openapi.yaml states: an object whose ``type``, if given, is "object". Checking it
-        # against the JSON Schema meta-schema here would refuse bodies the spec allows (the meta-schema's
-        # rules for every keyword, recursively, are not in the spec); a model that cannot use a malformed
-        # schema fails the run with its own error instead.
-        if not isinstance(parameters, dict):
-            _fail_type(f"{at}.parameters", "an object (a JSON Schema)", parameters)
-        if parameters.get("type", "object") != "object":
-            _fail_value(f"{at}.parameters.type", "the parameters of a function must be a JSON Schema of type "
-                        "'object'.")
-    return FunctionTool(name=name, description=description, parameters=parameters, strict=strict)
-
-
-def _parse_tool_choice(value: object) -> str | dict[str, Any]:
-    if isinstance(value, str):
-        if value not in _TOOL_CHOICE_MODES:
-            _fail_value("tool_choice", f"{errors.echo(value)}. Supported values are: auto, none, required, or "
-                        "{\"type\": \"function\", \"name\": ...}.")
-        return value
-    if not isinstance(value, dict):
-        _fail_type("tool_choice", "a string or an object", value)
-    if value.get("type") != "function":
-        _fail(
-            "tool_choice.type", errors.CODE_UNSUPPORTED_VALUE,
-            f"Unsupported value for 'tool_choice.type': {errors.echo(value.get('type'))}. This service supports "
-            "only 'function'.",
-        )
-    for key in value:
-        if key not in ("type", "name"):
-            _fail_unknown(f"tool_choice.{_key(key)}")
-    if "name" not in value:
-        _fail_missing("tool_choice.name")
-    if not isinstance(value["name"], str):
-        _fail_type("tool_choice.name", "a string", value["name"])
-    return {"type": "function", "name": value["name"]}
-
-
-def _check_item_id(at: str, value: object) -> str:
-    if not isinstance(value, str):
-        _fail_type(at, "a string", value)
-    try:
-        return validate_id(value, param=at)
-    except InvalidId:
-        _fail_value(at, f"{errors.echo(value)}. Expected 1-128 characters of [A-Za-z0-9_-].")
-
-
-def _parse_function_output(raw: dict[str, Any], at: str) -> FunctionCallOutput:
-    for key in raw:
-        if key not in _FUNCTION_OUTPUT_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if "call_id" not in raw:
-        _fail_missing(f"{at}.call_id")
-    call_id = _check_item_id(f"{at}.call_id", raw["call_id"])
-    if "output" not in raw:
-        _fail_missing(f"{at}.output")
-    output = raw["output"]
-    if raw.get("id") is not None and not isinstance(raw["id"], str):
-        _fail_type(f"{at}.id", "a string", raw["id"])
-    if raw.get("status") is not None and raw["status"] not in _ITEM_STATUSES:
-        _fail_value(f"{at}.status", f"{errors.echo(raw['status'])}. Supported values are: "
-                    f"{', '.join(_ITEM_STATUSES)}.")
-    if isinstance(output, str):
-        return FunctionCallOutput(call_id=call_id, output=output)
-    if not isinstance(output, list):
-        _fail_type(f"{at}.output", "a string or an array of input_text parts", output)
-    parts = [_parse_part(part, f"{at}.output[{j}]", "user") for j, part in enumerate(output)]
-    return FunctionCallOutput(call_id=call_id, output=parts)
-
-
-def _parse_approval_response(raw: dict[str, Any], at: str) -> ApprovalResponse:
-    for key in raw:
-        if key not in _APPROVAL_RESPONSE_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if "approval_request_id" not in raw:
-        _fail_missing(f"{at}.approval_request_id")
-    request_id = _check_item_id(f"{at}.approval_request_id", raw["approval_request_id"])
-    if "approve" not in raw:
-        _fail_missing(f"{at}.approve")
-    if not isinstance(raw["approve"], bool):
-        _fail_type(f"{at}.approve", "a boolean", raw["approve"])
-    reason = raw.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        _fail_type(f"{at}.reason", "a string", reason)
-    if raw.get("id") is not None and not isinstance(raw["id"], str):
-        _fail_type(f"{at}.id", "a string", raw["id"])
-    return ApprovalResponse(approval_request_id=request_id, approve=raw["approve"], reason=reason)
-
-
-def _parse_item(raw: object, at: str) -> InputItem:
-    if isinstance(raw, dict) and "type" in raw and raw["type"] != "message":
-        if raw["type"] == "function_call_output":
-            return _parse_function_output(raw, at)
-        if raw["type"] == "mcp_approval_response":
-            return _parse_approval_response(raw, at)
-        _fail_value(f"{at}.type", f"{errors.echo(raw['type'])}. Supported values are: {', '.join(_INPUT_ITEM_TYPES)}.")
-    return _parse_message(raw, at)
-
-
-def _parse_part(raw: object, at: str, role: str) -> TextPart:
-    if not isinstance(raw, dict):
-        _fail_type(at, "an object", raw)
-    part_type = raw.get("type")
-    if part_type is None:
-        _fail_missing(f"{at}.type")
-    allowed: Literal["input_text", "output_text"] = "output_text" if role == "assistant" else "input_text"
-    if part_type != allowed:
-        _fail_value(
-            f"{at}.type", f"{errors.echo(part_type)}. Supported values for role '{role}' are: '{allowed}'."
-        )
-    for key in raw:
-        if key not in _PART_KEYS[allowed]:
-            _fail_unknown(f"{at}.{_key(key)}")
-    _check_ignored_part_fields(raw, at)
-    if "text" not in raw:
-        _fail_missing(f"{at}.text")
-    text = raw["text"]
-    if not isinstance(text, str):
-        _fail_type(f"{at}.text", "a string", text)
-    return TextPart(type=allowed, text=text)
-
-
-def _check_ignored_part_fields(raw: dict[str, Any], at: str) -> None:
-    """The part fields that are accepted and ignored still have the OpenAI API's types, so a request the
-    server takes is one ``docs/openapi.yaml`` allows (and a typo inside them is not silently dropped)."""
-    for key in ("annotations", "logprobs"):
-        if key in raw and not isinstance(raw[key], list):
-            _fail_type(f"{at}.{key}", "an array", raw[key])
-    if "prompt_cache_breakpoint" not in raw:
-        return
-    breakpoint_, where = raw["prompt_cache_breakpoint"], f"{at}.prompt_cache_breakpoint"
-    if not isinstance(breakpoint_, dict):
-        _fail_type(where, "an object", breakpoint_)
-    for key in breakpoint_:
-        if key not in ("mode", "ttl"):
-            _fail_unknown(f"{where}.{_key(key)}")
-    if "mode" not in breakpoint_:
-        _fail_missing(f"{where}.mode")
-    if breakpoint_["mode"] != "explicit":
-        _fail_value(f"{where}.mode", f"{errors.echo(breakpoint_['mode'])}. Supported values are: 'explicit'.")
-    if "ttl" in breakpoint_ and breakpoint_["ttl"] not in ("30m", "12h"):
-        _fail_value(f"{where}.ttl", f"{errors.echo(breakpoint_['ttl'])}. Supported values are: '30m', '12h'.")
-
-
-def _parse_message(raw: object, at: str) -> InputMessage:
-    if not isinstance(raw, dict):
-        _fail_type(at, "an object", raw)
-    if "type" in raw and raw["type"] != "message":
-        _fail_value(f"{at}.type", f"{errors.echo(raw['type'])}. Supported values are: 'message'.")
-    for key in raw:
-        if key not in _MESSAGE_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if raw.get("id") is not None and not isinstance(raw["id"], str):
-        _fail_type(f"{at}.id", "a string", raw["id"])
-    if raw.get("status") is not None and raw["status"] not in _ITEM_STATUSES:
-        _fail_value(
-            f"{at}.status",
-            f"{errors.echo(raw['status'])}. Supported values are: {', '.join(_ITEM_STATUSES)}.",
-        )
-    if raw.get("phase") is not None and raw["phase"] not in _PHASES:
-        _fail_value(
-            f"{at}.phase", f"{errors.echo(raw['phase'])}. Supported values are: {', '.join(_PHASES)}."
-        )
-    if "role" not in raw:
-        _fail_missing(f"{at}.role")
-    role = raw["role"]
-    if not isinstance(role, str):
-        _fail_type(f"{at}.role", "a string", role)
-    if role not in _ROLES:
-        _fail_value(f"{at}.role", f"{errors.echo(role)}. Supported values are: {', '.join(_ROLES)}.")
-    if "content" not in raw:
-        _fail_missing(f"{at}.content")
-    content = raw["content"]
-    if isinstance(content, str):
-        part_type: Literal["input_text", "output_text"] = (
-            "output_text" if role == "assistant" else "input_text"
-        )
-        return InputMessage(role=cast(MessageRole, role), content=[TextPart(type=part_type, text=content)])
-    if not isinstance(content, list):
-        _fail_type(f"{at}.content", "a string or an array of content parts", content)
-    if not content:
-        _fail_value(f"{at}.content", "expected a non-empty array of content parts.")
-    parts = [_parse_part(part, f"{at}.content[{j}]", role) for j, part in enumerate(content)]
-    return InputMessage(role=cast(MessageRole, role), content=parts)
 
 
 def _parse_conversation(value: object) -> str:
@@ -591,69 +266,6 @@ class CreateResponseRequest(BaseModel):
         return [item for item in self.items() if isinstance(item, ApprovalResponse)]
 
 
-# --------------------------------------------------------------------------- entry points
-
-
-def _param_of(loc: tuple[int | str, ...]) -> str | None:
-    """``("input", 0, "content")`` → ``input[0].content``."""
-    param = ""
-    for part in loc:
-        if isinstance(part, int):
-            param += f"[{part}]"
-        else:
-            param += f".{_key(part)}" if param else _key(part)
-    return param or None
-
-
-_EXPECTED: dict[str, str] = {
-    "bool_type": "a boolean",
-    "string_type": "a string",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "list_type": "an array",
-    "int_type": "an integer",
-    "float_type": "a number",
-}
-
-
-def _api_error_of(error: ErrorDetails) -> ApiError:
-    ctx = error.get("ctx") or {}
-    if error["type"] == "api_error":
-        return ApiError(int(ctx.get("status", 400)), errors.INVALID_REQUEST, str(ctx["message"]), param=ctx["param"],
-                        code=str(ctx["code"]))
-    param = _param_of(error["loc"])
-    if error["type"] == "extra_forbidden":
-        return invalid_request(
-            f"Unknown parameter: '{param}'.", param=param, code=errors.CODE_UNKNOWN_PARAMETER
-        )
-    if error["type"] == "missing":
-        return invalid_request(
-            f"Missing required parameter: '{param}'.", param=param, code=errors.CODE_MISSING_PARAMETER
-        )
-    if error["type"].endswith("_type"):
-        expected = _EXPECTED.get(error["type"])
-        if expected is not None:
-            got = _json_kind(error["input"])
-            return invalid_request(
-                f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
-                param=param,
-                code=errors.CODE_INVALID_TYPE,
-            )
-        return invalid_request(
-            f"Invalid type for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_TYPE
-        )
-    return invalid_request(
-        f"Invalid value for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_VALUE
-    )
-
-
-def api_error_from_validation(exc: ValidationError) -> ApiError:
-    """The one error reported for a bad body: unknown parameters first, then in field order."""
-    found = exc.errors()
-    found.sort(key=lambda err: err["type"] != "extra_forbidden")
-    return _api_error_of(found[0])
-
-
 def _reject_unpaired_surrogates(data: Any) -> None:
     """400 for the first string (key or value) holding an unpaired UTF-16 surrogate.
 
@@ -704,40 +316,3 @@ def parse_create_request(raw: bytes) -> CreateResponseRequest:
         raise api_error_from_validation(exc) from None
 
 
-def normalize_input_items(
-    req: CreateResponseRequest, new_id: Callable[[], str], typed_id: Callable[[str], str] | None = None
-) -> list[dict[str, Any]]:
-    """The request's input as stored items, in the input-items listing's shape, each with a new id
-    (``typed_id``, when given, makes the ids of non-message items from their type, for the id prefix).
-
-    User, system and developer turns become ``ResponseInputMessageItem`` dicts (``input_text`` parts);
-    assistant history becomes ``ResponseOutputMessage`` dicts (``output_text`` parts); tool outputs and
-    approval answers become ``ResponseFunctionToolCallOutputItem`` and ``McpApprovalResponse`` dicts.
-    """
-    items: list[dict[str, Any]] = []
-    for message in req.items():
-        if isinstance(message, FunctionCallOutput):
-            output = message.output if isinstance(message.output, str) else [
-                input_text_part(part.text) for part in message.output]
-            item_id = typed_id(message.type) if typed_id else new_id()
-            items.append(function_call_output_item(item_id, message.call_id, output))
-            continue
-        if isinstance(message, ApprovalResponse):
-            item_id = typed_id(message.type) if typed_id else new_id()
-            items.append(approval_response_item(item_id, message.approval_request_id, message.approve,
-                                                message.reason))
-            continue
-        item_id = new_id()
-        if message.role == "assistant":
-            item = output_message(item_id, "", status="completed")
-            item["content"] = [output_text_part(part.text) for part in message.content]
-        else:
-            item = {
-                "id": item_id,
-                "type": "message",
-                "role": message.role,
-                "status": "completed",
-                "content": [input_text_part(part.text) for part in message.content],
-            }
-        items.append(item)
-    return items

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -93,6 +94,7 @@ class MemoryBackend:
         for table in (self.responses, self.items, self.chains, self.active, self.logs):
             table.clear()
 
-    def describe(self) -> dict[str, Any]:
-        """Sizes, for debugging a test."""
-        return {name: len(getattr(self, name)) for name in ("responses", "items", "chains", "active", "logs")}
+    def describe_rows(self) -> dict[str, Mapping[str, Any]]:
+        """Every kind of row by key (response id, or chain id for chains): what a test asks is left."""
+        return {"responses": self.responses, "items": self.items, "chains": self.chains, "active": self.active,
+                "logs": self.logs}

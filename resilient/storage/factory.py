@@ -4,6 +4,9 @@ Why a bundle: the engine and the HTTP layer need all three stores over the same 
 transport, one credential); whoever opens it closes it. The tables and containers are created at
 most once per process and storage location, not on every open (cold-start cost, and a create per
 request would be a wasted round trip).
+
+:func:`build_storage` over a :class:`~resilient.storage.memory.MemoryBackend` instead of clients wires the
+in-memory stores (tests that exercise the engine rather than storage); production always opens clients.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.feed import COMMITTED, CommittedFeed
 from resilient.storage.items import TableItemStore
 from resilient.storage.kept import KeptWriters
+from resilient.storage.memory.backend import MemoryBackend
+from resilient.storage.memory.events import MemoryEventLog
+from resilient.storage.memory.items import MemoryItemStore
+from resilient.storage.memory.rows import MemoryActiveIndex, MemoryChainStore, MemoryResponseStore
 from resilient.storage.ports import ActiveIndex, ChainStore, EventLog, ItemStore, ResponseStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
@@ -30,14 +37,15 @@ _created: set[tuple[str, str]] = set()
 
 @dataclass
 class Storage:
-    """The stores the engine and the HTTP layer program against, plus the clients they share."""
+    """The stores the engine and the HTTP layer program against, plus the clients they share (or, for the
+    in-memory stores, the :class:`MemoryBackend` they share)."""
 
     responses: ResponseStore
     items: ItemStore
     events: EventLog
     chains: ChainStore
     active: ActiveIndex
-    clients: StorageClients = field(repr=False)
+    clients: StorageClients | MemoryBackend = field(repr=False)
 
     async def close(self) -> None:
         await self.clients.close()
@@ -51,10 +59,15 @@ class Storage:
         await self.close()
 
 
-def build_storage(clients: StorageClients, *, feed: CommittedFeed = COMMITTED, controls: ControlBoard = CONTROLS,
-                  kept: KeptWriters | None = None) -> Storage:
+def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFeed = COMMITTED,
+                  controls: ControlBoard = CONTROLS, kept: KeptWriters | None = None) -> Storage:
     """Wire the Azure-backed stores over ``clients`` (no I/O), reporting to this process's caches: the feed
-    readers here follow, the control board running phases here watch, and the kept writers."""
+    readers here follow, the control board running phases here watch, and the kept writers.
+
+    Over a :class:`MemoryBackend`, the in-memory stores with the same caches, except ``kept``: the memory
+    event log keeps its own writers (each ``Storage`` built plays one process)."""
+    if isinstance(clients, MemoryBackend):
+        return build_memory_storage(clients, feed=feed, controls=controls)
     spill = JsonSpill(clients.container(clients.spill_container_name))
     return Storage(
         responses=TableResponseStore(clients.table(clients.responses_table_name), spill, controls=controls),
@@ -63,6 +76,19 @@ def build_storage(clients: StorageClients, *, feed: CommittedFeed = COMMITTED, c
         clients=clients,
         chains=TableChainStore(clients.table(clients.chains_table_name)),
         active=TableActiveIndex(clients.table(clients.active_table_name)),
+    )
+
+
+def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed = COMMITTED,
+                         controls: ControlBoard = CONTROLS) -> Storage:
+    """The in-memory stores over ``backend`` (shared state: build twice to play two processes)."""
+    return Storage(
+        responses=MemoryResponseStore(backend, controls=controls),
+        items=MemoryItemStore(backend),
+        events=MemoryEventLog(backend, feed=feed),
+        chains=MemoryChainStore(backend),
+        active=MemoryActiveIndex(backend),
+        clients=backend,
     )
 
 

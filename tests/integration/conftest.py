@@ -1,7 +1,13 @@
-"""Fixtures for the storage integration tests against the running Azurite emulator.
+"""Fixtures for the storage integration tests: against the running Azurite emulator, in memory, or both.
 
 Every session uses its own ``storage_prefix`` (``t`` + 8 random characters), so runs never collide
 and the session's tables and containers are removed at the end.
+
+Which adapter a test's ``storage`` fixture is: a module sets ``STORAGE_ADAPTERS`` (default
+``("azurite",)``); a test narrows it with ``@pytest.mark.adapters("azurite")``. A test with two adapters
+runs once on each (``test_x[azurite]``, ``test_x[memory]``): that is how the storage contract tests hold
+the in-memory adapter to the Azurite one. Tests that read Azure internals (round-trip counts, spill blobs,
+raw table rows) or wire faults stay ``azurite`` only.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from resilient.ids import new_response_id
 from resilient.settings import Settings
 from resilient.storage.connection import RetryConfig, StorageClients
 from resilient.storage.factory import Storage, build_storage, open_storage
+from resilient.storage.memory import MemoryBackend
 
 _ALPHABET = string.ascii_lowercase + string.digits
 CONNECTION = os.environ.get("AzureWebJobsStorage") or "UseDevelopmentStorage=true"
@@ -54,14 +61,46 @@ def settings() -> Settings:
     return Settings.from_env({"AzureWebJobsStorage": CONNECTION, "RESILIENT_STORAGE_PREFIX": unique_prefix()})
 
 
+ADAPTERS = ("azurite", "memory")
+
+
+def adapters_for(node: Any, module: Any) -> tuple[str, ...]:
+    """The adapters a test runs on: its ``adapters`` mark, else its module's ``STORAGE_ADAPTERS``."""
+    mark = node.get_closest_marker("adapters") if hasattr(node, "get_closest_marker") else None
+    chosen = tuple(mark.args) if mark is not None else tuple(getattr(module, "STORAGE_ADAPTERS", ("azurite",)))
+    unknown = set(chosen) - set(ADAPTERS)
+    if unknown or not chosen:
+        raise ValueError(f"unknown storage adapters {sorted(unknown)} (known: {ADAPTERS})")
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "storage_adapter" in metafunc.fixturenames:
+        names = adapters_for(metafunc.definition, metafunc.module)
+        metafunc.parametrize("storage_adapter", names, ids=list(names), scope="session")
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def storage(settings: Settings) -> AsyncIterator[Storage]:
+async def azurite_storage(settings: Settings) -> AsyncIterator[Storage]:
     opened = await open_storage(settings)
     try:
         yield opened
     finally:
         await opened.clients.delete_all()
         await opened.close()
+
+
+@pytest.fixture(scope="session")
+def memory_storage() -> Storage:
+    """The in-memory stores over one backend for the session (ids are unique, as on Azurite)."""
+    return build_storage(MemoryBackend())
+
+
+@pytest.fixture(scope="session")
+def storage(storage_adapter: str, request: pytest.FixtureRequest) -> Storage:
+    """The stores of the adapter this test instance runs on (see the module docstring)."""
+    chosen: Storage = request.getfixturevalue(f"{storage_adapter}_storage")
+    return chosen
 
 
 @pytest_asyncio.fixture(loop_scope="session")

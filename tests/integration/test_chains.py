@@ -22,6 +22,7 @@ from resilient.settings import Settings
 from resilient.storage.factory import Storage
 
 pytestmark = pytest.mark.azurite
+STORAGE_ADAPTERS = ("azurite", "memory")  # also the chain/deletion contract of both adapters
 
 
 class _Runtime:

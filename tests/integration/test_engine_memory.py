@@ -24,6 +24,7 @@ from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, build_storage, open_storage
+from resilient.storage.memory import MemoryBackend
 from tests.integration.conftest import NoDurable
 
 pytestmark = pytest.mark.azurite
@@ -49,8 +50,17 @@ def settings() -> Settings:
     })
 
 
+# The tests that count storage round trips run on Azurite (its adapters' counts are the claim); the others
+# exercise the engine's decisions and run in memory (see the conftest).
+STORAGE_ADAPTERS = ("memory",)
+COUNTS = pytest.mark.adapters("azurite")
+
+
 @pytest.fixture(scope="module")
-async def storage(settings: Settings) -> AsyncIterator[Storage]:
+async def storage(settings: Settings, storage_adapter: str) -> AsyncIterator[Storage]:
+    if storage_adapter == "memory":
+        yield build_storage(MemoryBackend())
+        return
     opened = await open_storage(settings)
     yield opened
     await opened.clients.delete_all()
@@ -85,6 +95,7 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {key: after[key] - before[key] for key in before}
 
 
+@COUNTS
 async def test_a_phase_after_the_first_reads_nothing_while_the_control_snapshot_is_fresh(
         storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
@@ -113,6 +124,7 @@ async def test_a_phase_after_the_first_reads_nothing_while_the_control_snapshot_
         text_of(i) for i in events[-1]["response"]["output"]]
 
 
+@COUNTS
 async def test_the_last_phase_concludes_without_reading_back_the_output_it_just_checkpointed(
         storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
@@ -192,6 +204,7 @@ async def test_a_cancel_between_phases_stops_the_next_one_before_it_appends(stor
     assert len(events[-1]["response"]["output"]) == 1
 
 
+@COUNTS
 async def test_a_plan_after_a_create_in_this_process_reads_nothing_back(storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
     service = ResponsesService(storage, NoDurable(), settings, on_created=engine.remember_created)
@@ -222,6 +235,7 @@ async def test_a_cancel_right_after_the_create_still_stops_a_remembered_plan(sto
     assert (await storage.responses.get(rid)).status == "cancelled"
 
 
+@COUNTS
 async def test_a_turn_with_no_lock_to_wait_for_opens_its_log_in_progress_and_its_plan_appends_nothing(
         storage: Storage, settings: Settings) -> None:
     """A root turn (its chain's lock is its own) cannot be queued, so the create writes

@@ -24,10 +24,9 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.errors import LostOwnership
-from resilient.storage.factory import Storage, open_storage
+from resilient.storage.factory import Storage, build_storage
+from resilient.storage.memory import MemoryBackend
 from tests.streamcheck import helper_final, rebuild_items
-
-pytestmark = pytest.mark.azurite
 
 
 class _Runtime:
@@ -52,11 +51,10 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="module")
-async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    opened = await open_storage(settings)
-    yield opened
-    await opened.clients.delete_all()
-    await opened.close()
+def storage() -> Storage:
+    """In memory: these tests exercise the engine and the service, not storage (the contract tests in
+    test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
+    return build_storage(MemoryBackend())
 
 
 class CrashingAgent(ResearchAgent):

@@ -12,9 +12,12 @@ from resilient.protocol.sse import encode_frame
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.factory import Storage
+from resilient.storage.memory import MemoryBackend
+from resilient.storage.memory.events import MAX_BLOCK_BYTES, MemoryEventLog
 from resilient.storage.ports import ReadResult
 
 pytestmark = pytest.mark.azurite
+STORAGE_ADAPTERS = ("azurite", "memory")  # the storage contract: both adapters must pass it
 
 
 def delta(text: str = "word ") -> dict[str, object]:
@@ -32,7 +35,10 @@ def created() -> dict[str, object]:
     return {"type": "response.created", "response": {"id": "resp_x", "status": "queued"}}
 
 
-def event_log(storage: Storage, **kwargs: int) -> BlobEventLog:
+def event_log(storage: Storage, **kwargs: int) -> BlobEventLog | MemoryEventLog:
+    """A log with tuned limits over the test's adapter (the memory log has no index: ``index_every`` is moot)."""
+    if isinstance(storage.clients, MemoryBackend):
+        return MemoryEventLog(storage.clients, max_block_bytes=kwargs.get("max_block_bytes", MAX_BLOCK_BYTES))
     return BlobEventLog(storage.clients.container(storage.clients.events_container_name), **kwargs)
 
 
@@ -166,6 +172,7 @@ async def test_read_after_positions_and_tailing(storage: Storage, rid: str) -> N
     assert (await log.read_more(rid, past.cursor)).events == []
 
 
+@pytest.mark.adapters("azurite")  # counts Azure round trips
 async def test_storage_call_counts(storage: Storage, rid: str) -> None:
     log = event_log(storage, index_every=16)
     writer = await log.create(rid, [created()])
@@ -186,6 +193,7 @@ async def test_storage_call_counts(storage: Storage, rid: str) -> None:
     assert log.storage_calls - before == 1
 
 
+@pytest.mark.adapters("azurite")  # counts Azure round trips
 async def test_a_log_that_fits_the_tail_window_is_read_in_one_call(storage: Storage, rid: str) -> None:
     log = event_log(storage)
     writer = await log.create(rid, [created()])

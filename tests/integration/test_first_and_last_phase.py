@@ -17,7 +17,7 @@ from resilient.storage.factory import Storage, build_storage
 from resilient.storage.feed import COMMITTED
 from tests.integration.conftest import NoDurable
 
-pytestmark = pytest.mark.azurite
+STORAGE_ADAPTERS = ("memory",)  # the engine's decisions, not storage: see conftest
 
 
 async def _created(storage: Storage, settings: Settings, phases: int) -> str:

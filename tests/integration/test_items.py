@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from resilient.storage.connection import StorageClients
 from resilient.storage.errors import NotFound
 from resilient.storage.factory import Storage
 from resilient.storage.items import TableItemStore
 
 pytestmark = pytest.mark.azurite
+STORAGE_ADAPTERS = ("azurite", "memory")  # the storage contract: both adapters must pass it
 
 
 def _item(n: int, text: str | None = None) -> dict[str, object]:
@@ -55,6 +57,7 @@ async def test_input_items_order_and_paging(storage: Storage, rid: str) -> None:
     assert (await storage.items.list_input_items(rid, after=ids[-1], limit=5, order="asc")).data == []
 
 
+@pytest.mark.adapters("azurite")  # counts Azure round trips
 async def test_paging_reads_only_what_it_needs(storage: Storage, rid: str) -> None:
     store = storage.items
     assert isinstance(store, TableItemStore)
@@ -71,6 +74,7 @@ async def test_paging_reads_only_what_it_needs(storage: Storage, rid: str) -> No
         assert len(page.data) == 5 and page.has_more
 
 
+@pytest.mark.adapters("azurite")  # counts Azure round trips
 async def test_one_item_put_is_one_write_and_lists_both_ways(storage: Storage, rid: str) -> None:
     store = storage.items
     assert isinstance(store, TableItemStore)
@@ -88,6 +92,7 @@ async def test_one_item_put_is_one_write_and_lists_both_ways(storage: Storage, r
         assert after.data == [] and not after.has_more, order
 
 
+@pytest.mark.adapters("azurite")  # deletes a raw table row
 async def test_multi_item_put_without_its_count_row_lists_nothing_descending(storage: Storage, rid: str) -> None:
     """A multi-item put writes its count row last: until then its first row carries no count, so a
     descending listing cannot mistake it for a one-item put and show one item of several."""
@@ -121,6 +126,8 @@ async def test_large_items_spill_and_round_trip(storage: Storage, rid: str) -> N
     }
     await storage.items.put_output_item(rid, 0, output)
     assert await storage.items.get_output_item(rid, 0) == output
+    if not isinstance(storage.clients, StorageClients):
+        return  # the memory adapter keeps large values whole: there is no spill to look at
     spill = storage.clients.container(storage.clients.spill_container_name)
     names = sorted([b.name async for b in spill.list_blobs(name_starts_with=f"{rid}/")])
     assert len(names) == 2 and names[0].startswith(f"{rid}/i-000001-") and names[1].startswith(f"{rid}/o-000000-")

@@ -13,8 +13,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-import pytest
-
 from resilient.agents.base import PhaseContext, PhaseOutput
 from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import EAGER_OUTPUTS_BEFORE_A_YIELD, Engine, Tuning
@@ -24,7 +22,7 @@ from resilient.settings import Settings
 from resilient.storage.factory import Storage
 from tests.durable_standin import Durable
 
-pytestmark = pytest.mark.azurite
+STORAGE_ADAPTERS = ("memory",)  # the engine's decisions, not storage: see conftest
 
 WORDS = 300
 

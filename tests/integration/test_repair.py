@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +27,10 @@ from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
-from resilient.storage.factory import Storage, open_storage
+from resilient.storage.factory import Storage, build_storage
 from resilient.storage.feed import COMMITTED
+from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import Durable, Injected
-
-pytestmark = pytest.mark.azurite
 
 QUESTION = "How does a run come back after its orchestration died?"
 WAIT_S = 30.0
@@ -48,11 +47,10 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="module")
-async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    opened = await open_storage(settings)
-    yield opened
-    await opened.clients.delete_all()
-    await opened.close()
+def storage() -> Storage:
+    """In memory: these tests exercise the engine and the service, not storage (the contract tests in
+    test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
+    return build_storage(MemoryBackend())
 
 
 @dataclass

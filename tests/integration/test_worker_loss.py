@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,10 +25,9 @@ from resilient.http.service import STREAM_LIMIT_NOTE, ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
-from resilient.storage.factory import Storage, open_storage
+from resilient.storage.factory import Storage, build_storage
+from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import WORKER_EXIT, Durable, Injected
-
-pytestmark = pytest.mark.azurite
 
 WAIT_S = 60.0
 
@@ -44,11 +42,10 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="module")
-async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    opened = await open_storage(settings)
-    yield opened
-    await opened.clients.delete_all()
-    await opened.close()
+def storage() -> Storage:
+    """In memory: these tests exercise the engine and the service, not storage (the contract tests in
+    test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
+    return build_storage(MemoryBackend())
 
 
 def _rig(storage: Storage, settings: Settings) -> tuple[Durable, ResponsesService]:

@@ -39,7 +39,8 @@ from tests.scenario.conftest import ROOT, knobs
 
 pytestmark = pytest.mark.azurite
 
-STEP_BEFORE = "                result = yield from self.run_phase(index, last=index == phases - 1)\n"
+STEP_BEFORE = ("                result = yield from self.run_phase(index, last=is_open or index == phases - 1, "
+               "position=position)\n")
 NEW_STEP = "                yield from self.try_call(INSPECT, {\"response_id\": rid})  # the new version's step\n"
 
 

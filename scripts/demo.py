@@ -45,10 +45,16 @@ def _show(event: Any) -> None:
     if kind == "response.output_text.delta":
         print(event.delta, end="", flush=True)
     elif kind == "response.output_item.done":
-        print(f"\n  [seq {event.sequence_number}] phase {event.output_index} done", flush=True)
+        status = getattr(event.item, "status", None)
+        if status == "incomplete":
+            print(f"\n  [seq {event.sequence_number}] this phase was interrupted: it is not kept, and it "
+                  "streams again from its start", flush=True)
+        else:
+            print(f"\n  [seq {event.sequence_number}] a phase finished and is checkpointed", flush=True)
     elif kind == "response.in_progress" and event.sequence_number > 2:
-        print(f"\n  [seq {event.sequence_number}] RECOVERED: resuming after {len(event.response.output)} "
-              "checkpointed phase(s); dropping the partial phase", flush=True)
+        print(f"\n  [seq {event.sequence_number}] RECOVERED: the worker was replaced; "
+              f"{len(event.response.output)} finished phase(s) are kept and the interrupted one starts over "
+              "(no event is missing or repeated: what follows is new text)", flush=True)
     elif not kind.startswith("response.content_part") and kind != "response.output_text.done":
         print(f"\n  [seq {event.sequence_number}] {kind}", flush=True)
 

@@ -79,6 +79,11 @@ param maximumInstanceCount int = 100
 ])
 param instanceMemoryMB int = 2048
 
+@description('Flex Consumption: always-ready instances for the HTTP functions (0 = none; each is billed while idle).')
+@minValue(0)
+@maxValue(100)
+param httpAlwaysReadyInstances int = 0
+
 // Optional name overrides (empty = generated).
 param resourceGroupName string = ''
 param apiServiceName string = ''
@@ -200,6 +205,7 @@ module api './app/api.bicep' = {
     runtimeVersion: '3.13'
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    httpAlwaysReadyInstances: httpAlwaysReadyInstances
     storageAccountName: storage.outputs.name
     deploymentStorageContainerName: deploymentStorageContainerName
     applicationInsightsName: monitoring.outputs.applicationInsightsName

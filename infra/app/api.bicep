@@ -38,6 +38,12 @@ param instanceMemoryMB int = 2048
 @maxValue(1000)
 param httpPerInstanceConcurrency int = 50
 
+// Always-ready instances for the HTTP group: kept warm and billed while idle, so the first request after a
+// quiet spell does not wait for a cold start (about a second here plus the platform's allocation). 0 = none.
+@minValue(0)
+@maxValue(100)
+param httpAlwaysReadyInstances int = 0
+
 param storageAccountName string
 param deploymentStorageContainerName string
 param applicationInsightsName string
@@ -155,6 +161,12 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        alwaysReady: httpAlwaysReadyInstances > 0 ? [
+          {
+            name: 'http'
+            instanceCount: httpAlwaysReadyInstances
+          }
+        ] : []
         triggers: {
           http: {
             perInstanceConcurrency: httpPerInstanceConcurrency

@@ -273,7 +273,10 @@ def test_function_app_security_and_flex_config() -> None:
     assert storage["authentication"]["type"] == "UserAssignedIdentity"
     assert storage["authentication"]["userAssignedIdentityResourceId"].text == "identityId"
     assert "storageAccountConnectionStringName" not in storage["authentication"]
-    assert set(cfg["scaleAndConcurrency"]) == {"maximumInstanceCount", "instanceMemoryMB", "triggers"}
+    assert set(cfg["scaleAndConcurrency"]) == {"maximumInstanceCount", "instanceMemoryMB", "alwaysReady", "triggers"}
+    # always-ready instances only when asked for (each is billed while idle)
+    assert "httpAlwaysReadyInstances > 0" in cfg["scaleAndConcurrency"]["alwaysReady"].text
+    assert api.resolve(api.params["httpAlwaysReadyInstances"].default) == 0
     # set explicitly: Flex Consumption's default for Python is one HTTP request per instance
     assert cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"].text == "httpPerInstanceConcurrency"
     assert api.resolve(cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"]) == 50

@@ -188,9 +188,9 @@ class AgentRequest:
         for items in (self.input_items, self.history):
             for item in reversed(items):
                 if item.get("type", "message") == "message" and item.get("role") == "user":
-                    return _item_text(item)
+                    return item_text(item)
         messages = [i for i in self.input_items if i.get("type", "message") == "message"]
-        return _item_text(messages[-1]) if messages else ""
+        return item_text(messages[-1]) if messages else ""
 
     def offered_tool(self) -> dict[str, Any] | None:
         """The function tool to call when the agent decides to call one: the one ``tool_choice`` names,
@@ -221,7 +221,8 @@ def output_text(output: object) -> str:
     return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
 
 
-def _item_text(item: dict[str, Any]) -> str:
+def item_text(item: dict[str, Any]) -> str:
+    """The text of a message item: its string content, or its parts' text joined."""
     content = item.get("content")
     if isinstance(content, str):
         return content
@@ -274,7 +275,7 @@ class PhaseContext:
         return self.cancelled or self.pending_input_count > 0 or self.shutting_down
 
     def previous_texts(self) -> list[str]:
-        return [_item_text(item) for item in self.output_so_far]
+        return [item_text(item) for item in self.output_so_far]
 
     def idempotency_key(self, position: int) -> str:
         """A key for the ``position``-th side effect this step starts, the same on every attempt of this

@@ -37,6 +37,7 @@ from resilient.agents.base import (
     PhaseContext,
     PhaseOutput,
     Usage,
+    item_text,
 )
 from resilient.settings import Settings
 from resilient.telemetry import spans
@@ -225,9 +226,5 @@ def _previous_question(request: AgentRequest) -> str:
     """The last user message of the chain's earlier turns (a follow-up turn mentions it), if any."""
     for item in reversed(request.history):
         if item.get("type", "message") == "message" and item.get("role") == "user":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            parts = content if isinstance(content, list) else []
-            return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+            return item_text(item)
     return ""

@@ -41,7 +41,6 @@ from resilient.agents.base import (
     ApprovalRequest,
     FunctionCall,
     NextStep,
-    PermanentAgentError,
     Phase,
     PhaseContext,
     PhaseOutput,
@@ -146,7 +145,6 @@ class FrameworkAgent:
         if client_tools:
             kwargs["tools"] = client_tools
         stream = self.agent.run(messages, **kwargs)
-        final_messages: list[Message] | None = None
         approvals: list[Content] = []
         try:
             async for update in stream:
@@ -248,8 +246,3 @@ def _usage(content: Any) -> Usage | None:
                  cached_tokens=int(details.get("cache_read_input_token_count") or 0),
                  reasoning_tokens=int(details.get("reasoning_output_token_count") or 0))
 
-
-def check_agent(agent: Any) -> None:
-    """Raise PermanentAgentError unless ``agent`` looks like an Agent Framework agent."""
-    if not callable(getattr(agent, "run", None)):
-        raise PermanentAgentError(f"{type(agent).__name__} has no run() method")

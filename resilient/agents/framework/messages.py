@@ -13,7 +13,7 @@ from typing import Any
 
 from agent_framework import Content, Message
 
-from resilient.agents.base import PhaseContext, output_text
+from resilient.agents.base import PhaseContext, item_text, output_text
 
 STATE_KIND = "agent-framework/messages"
 
@@ -42,8 +42,6 @@ def request_messages(context: PhaseContext) -> list[Message]:
         elif kind == "function_call_output":
             result = output_text(item.get("output"))
             messages.append(Message("tool", [Content.from_function_result(str(item.get("call_id")), result=result)]))
-        elif kind == "mcp_approval_response" and pending and context.approval is None:
-            messages.append(_approval_answer(pending, bool(item.get("approve"))))
     if context.approval is not None and pending:
         messages.append(_approval_answer(pending, context.approval.approved))
     return messages
@@ -61,12 +59,7 @@ def _history_message(item: dict[str, Any]) -> Message | None:
     role = str(item.get("role") or "user")
     if role == "developer":
         role = "system"
-    content = item.get("content")
-    if isinstance(content, str):
-        text = content
-    else:
-        parts = content if isinstance(content, list) else []
-        text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    text = item_text(item)
     return Message(role, [text]) if text else None
 
 

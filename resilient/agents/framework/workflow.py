@@ -133,8 +133,7 @@ class FrameworkWorkflow:
             stream = self.workflow.run(checkpoint_id=storage.latest.checkpoint_id, checkpoint_storage=storage,
                                        stream=True)
         elif pending and storage.latest is not None and context.approval is not None:
-            answer = _answer(pending, context.approval.approved)
-            stream = self.workflow.run(responses={pending["request_id"]: answer},
+            stream = self.workflow.run(responses={pending["request_id"]: context.approval.approved},
                                        checkpoint_id=storage.latest.checkpoint_id, checkpoint_storage=storage,
                                        stream=True)
         else:
@@ -177,10 +176,6 @@ def _state(context: PhaseContext, storage: StepCheckpointStorage, pending: dict[
     if pending is not None:
         state["pending_request"] = pending
     return state
-
-
-def _answer(pending: dict[str, Any], approved: bool) -> Any:
-    return approved
 
 
 def _input(workflow: Any, context: PhaseContext) -> Any:

@@ -578,6 +578,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def start_double(stack: contextlib.ExitStack, args: argparse.Namespace, prefix: str, meter: Meter,
+                 extra_env: dict[str, str] | None = None) -> HostDouble:
+    """Spawn one host double running ``function_app.py`` on ``AzureWebJobsStorage`` (through the counting
+    proxy with ``--count-storage``), stopped when ``stack`` closes; ``meter`` learns its host and worker pids."""
+    storage = os.environ["AzureWebJobsStorage"]
+    if args.count_storage:
+        blob, queue, table = (int(x) for x in args.azurite_ports.split(","))
+        meter.storage = CountingProxy({"blob": blob, "queue": queue, "table": table})
+        meter.storage.start()
+        stack.callback(meter.storage.stop)
+        storage = meter.storage.connection_string()
+    env = {"AzureWebJobsStorage": storage, "RESILIENT_STORAGE_PREFIX": prefix,
+           "RESILIENT_AGENT_DELTA_DELAY_MS": "0", "RESILIENT_ENABLE_CRASH_ENDPOINT": "false", **(extra_env or {})}
+    if args.append_window_ms is not None:
+        env["RESILIENT_APPEND_WINDOW_MS"] = str(args.append_window_ms)
+    double = stack.enter_context(HostDouble(ROOT, env=env, settings=None, log_path=args.double_log))
+    meter.host_pid = int(double.stats()["host_pid"])
+    meter.worker_pid = int(double.stats()["worker_pid"])
+    return double
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
@@ -587,21 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.url:
             base_url = loopback_url(args.url)
         else:
-            storage = os.environ["AzureWebJobsStorage"]
-            if args.count_storage:
-                blob, queue, table = (int(x) for x in args.azurite_ports.split(","))
-                meter.storage = CountingProxy({"blob": blob, "queue": queue, "table": table})
-                meter.storage.start()
-                stack.callback(meter.storage.stop)
-                storage = meter.storage.connection_string()
-            env = {"AzureWebJobsStorage": storage, "RESILIENT_STORAGE_PREFIX": prefix,
-                   "RESILIENT_AGENT_DELTA_DELAY_MS": "0", "RESILIENT_ENABLE_CRASH_ENDPOINT": "false"}
-            if args.append_window_ms is not None:
-                env["RESILIENT_APPEND_WINDOW_MS"] = str(args.append_window_ms)
-            double = stack.enter_context(HostDouble(ROOT, env=env, settings=None, log_path=args.double_log))
+            double = start_double(stack, args, prefix, meter)
             base_url = double.base_url
-            meter.host_pid = int(double.stats()["host_pid"])
-            meter.worker_pid = int(double.stats()["worker_pid"])
         if args.warmup:
             warm_up(base_url, args.request_timeout)
         meter.measure_idle(args.idle_seconds)

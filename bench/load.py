@@ -42,7 +42,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -396,15 +396,21 @@ class Meter:
             self.storage_calls = dict(self.storage.snapshot() - storage_before)
 
 
-async def load(base_url: str, args: argparse.Namespace, meter: Meter) -> tuple[list[Run], float]:
+@contextlib.asynccontextmanager
+async def clients(base_url: str, args: argparse.Namespace) -> AsyncIterator[tuple[AsyncOpenAI, httpx.AsyncClient]]:
+    """The ``openai`` client and a raw ``httpx`` client for ``args.responses`` concurrent responses."""
     limits = httpx.Limits(max_connections=args.responses * (args.readers + 2) + 10, max_keepalive_connections=100)
     timeout = httpx.Timeout(args.request_timeout, connect=10.0)
     async with (
         httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as http,
         httpx.AsyncClient(limits=limits, timeout=timeout) as client_http,
     ):
-        client = AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, http_client=client_http,
-                             _strict_response_validation=not args.lenient)
+        yield AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0, http_client=client_http,
+                          _strict_response_validation=not args.lenient), http
+
+
+async def load(base_url: str, args: argparse.Namespace, meter: Meter) -> tuple[list[Run], float]:
+    async with clients(base_url, args) as (client, http):
         gate = asyncio.Event()
         tasks = [asyncio.create_task(one_response(i, client, http, args, gate)) for i in range(args.responses)]
         await asyncio.sleep(0.05)

@@ -33,11 +33,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
 import re
 import secrets
+import statistics
 import sys
 import threading
 import time
@@ -126,10 +128,53 @@ def read_from(path: Path, offset: int) -> tuple[str, int]:
     return data.decode(errors="replace"), offset + len(data)
 
 
+# ------------------------------------------------------------------------------------------ steady state
+async def steady(base_url: str, level_args: argparse.Namespace, level: int, ramp_s: float, window_s: float,
+                 meter: load.Meter) -> tuple[list[load.Run], float]:
+    """``level`` streams open all the time: each of ``level`` slots starts a streamed response, reads it to
+    its end and starts the next one at once; the slots' first starts are spread over ``ramp_s``. Measured:
+    the responses started in the ``window_s`` after the ramp (each read to its end), and the worker's CPU
+    from the end of the ramp to the last of them."""
+    async with load.clients(base_url, level_args) as (client, http):
+        gate = asyncio.Event()
+        gate.set()
+        started = time.perf_counter()
+        measured: list[load.Run] = []
+        numbers = itertools.count()
+
+        async def slot(index: int) -> None:
+            await asyncio.sleep(index * ramp_s / level)
+            while (began := time.perf_counter() - started) < ramp_s + window_s:
+                run = await load.one_response(next(numbers), client, http, level_args, gate)
+                if began >= ramp_s:
+                    measured.append(run)
+
+        async def meter_after_ramp() -> None:
+            await asyncio.sleep(ramp_s)
+            meter.start()
+
+        slots = [asyncio.create_task(slot(i)) for i in range(level)]
+        metering = asyncio.create_task(meter_after_ramp())
+        try:
+            await asyncio.wait_for(asyncio.gather(*slots), ramp_s + window_s + level_args.request_timeout)
+        except TimeoutError:
+            for task in slots:
+                task.cancel()
+            raise SystemExit("the level did not finish") from None
+        await metering
+        wall = time.perf_counter() - started - ramp_s
+        await asyncio.sleep(level_args.settle_ms / 1000.0)
+        meter.stop()
+        await asyncio.gather(*(load.final_check(http, run) for run in measured))
+        for run in measured:
+            load.check(run, level_args)
+        return measured, wall
+
+
 # ------------------------------------------------------------------------------------------ one level
 def run_level(level: int, base_url: str, largs: argparse.Namespace, meter: load.Meter, args: argparse.Namespace,
               log_path: Path, log_offset: int) -> tuple[dict[str, Any], int]:
-    batches = max(1, math.ceil(args.min_streams / level))
+    batches = max(1, math.ceil(args.min_streams / level)) if args.mode == "burst" else 1
     level_args = argparse.Namespace(**{**vars(largs), "responses": level,
                                        "max_seconds": args.level_seconds / batches})
     runs: list[load.Run] = []
@@ -138,7 +183,15 @@ def run_level(level: int, base_url: str, largs: argparse.Namespace, meter: load.
     load_before = os.getloadavg()
     timed_out = False
     with RssSampler(meter.worker_pid or 0) as rss:
-        for _ in range(batches):
+        if args.mode == "steady":
+            try:
+                runs, wall = asyncio.run(steady(base_url, level_args, level, args.ramp_seconds, args.window_seconds,
+                                                meter))
+                walls.append(wall)
+                cpu_s = meter.worker_cpu_s
+            except SystemExit:
+                timed_out = True
+        for _ in range(batches if args.mode == "burst" else 0):
             try:
                 batch, wall = asyncio.run(load.load(base_url, level_args, meter))
             except SystemExit:  # load.load's bound: this level did not finish in its share of --level-seconds
@@ -153,7 +206,6 @@ def run_level(level: int, base_url: str, largs: argparse.Namespace, meter: load.
     first = [r.first_event_s for r in streams]
     durations = [run.completed_s for run in runs]
     wall_s = sum(walls)
-    activity_total = sum(sum(v) for v in phases.values())
     result = {
         "level": level,
         "batches": batches,
@@ -169,13 +221,18 @@ def run_level(level: int, base_url: str, largs: argparse.Namespace, meter: load.
         "worker_cpu_s": round(cpu_s, 2),
         "worker_cpu_share": round(cpu_s / wall_s, 2) if wall_s else math.nan,
         "run_phase_s": {"count": len(phases.get("run_phase", [])),
-                        "per_response": round(sum(phases.get("run_phase", [])) / len(runs), 4) if runs else math.nan,
+                        "mean": round(statistics.fmean(phases["run_phase"]), 4)
+                        if phases.get("run_phase") else math.nan,
                         "p50": round(load.percentile(phases.get("run_phase", []), 50), 4)},
-        "activities_s_per_response": round(activity_total / len(runs), 4) if runs else math.nan,
+        # activities' execution per response: the mean run_phase time x phases (the log's window holds the
+        # ramp's and the drain's phases too, so its total is not divided by the measured responses)
+        "activities_s_per_response": round(statistics.fmean(phases["run_phase"]) * args.phases, 4)
+        if phases.get("run_phase") else math.nan,
         "activities": {name: len(v) for name, v in sorted(phases.items())},
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        "errors": sum(1 for run in runs if run.problems) + (level * batches - len(runs)),
+        "errors": sum(1 for run in runs if run.problems) + (level * batches - len(runs) if args.mode == "burst"
+                                                            else int(timed_out)),
         "problems": [f"#{run.index} {run.response_id}: {'; '.join(run.problems)}"[:300] for run in runs
                      if run.problems][:5],
     }
@@ -185,8 +242,10 @@ def run_level(level: int, base_url: str, largs: argparse.Namespace, meter: load.
 def report(results: list[dict[str, Any]], args: argparse.Namespace, idle_rss_mb: float) -> dict[str, Any]:
     base = results[0]["first_event_s"]["p50"] if results else math.nan
     doubled = None
-    print(f"stream capacity of one worker: {args.phases} phases x {args.words} words, {args.delay_ms} ms between "
-          f"words; one streamed create per response (its own SSE stream, the only reader); worker idle RSS "
+    how = (f"steady: N streams open for {args.window_seconds:g} s after a {args.ramp_seconds:g} s ramp"
+           if args.mode == "steady" else "burst: N streams started at once")
+    print(f"stream capacity of one worker ({how}): {args.phases} phases x {args.words} words, {args.delay_ms} ms "
+          f"between words; one streamed create per response (its own SSE stream, the only reader); worker idle RSS "
           f"{idle_rss_mb} MB; {os.cpu_count()} cores")
     print(f"{'streams':>7} {'first p50':>9} {'p95':>7} {'x base':>6} {'stream p50':>10} {'events/s':>8} "
           f"{'RSS MB':>7} {'CPU s':>6} {'CPU/wall':>8} {'phase s/resp':>12} {'load avg':>15} {'errors':>6}")
@@ -197,7 +256,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, idle_rss_mb:
         print(f"{r['level']:>7} {r['first_event_s']['p50'] * 1000:>7.0f}ms {r['first_event_s']['p95'] * 1000:>5.0f}ms "
               f"{r['ratio_to_baseline']:>6.2f} {r['stream_s']['p50']:>9.2f}s {r['events_per_s']:>8.0f} "
               f"{r['worker_peak_rss_mb']:>7.1f} {r['worker_cpu_s']:>6.2f} {r['worker_cpu_share']:>8.2f} "
-              f"{r['run_phase_s']['per_response']:>12.3f} {' '.join(f'{x:.2f}' for x in r['loadavg_before']):>15} "
+              f"{r['activities_s_per_response']:>12.3f} {' '.join(f'{x:.2f}' for x in r['loadavg_before']):>15} "
               f"{r['errors']:>6}{'  TIMED OUT' if r['timed_out'] else ''}")
         for problem in r["problems"]:
             print(f"          {problem}")
@@ -208,7 +267,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, idle_rss_mb:
     else:
         print(f"p50 first event first exceeds 2x the level-1 baseline ({base * 1000:.0f} ms) at {doubled} streams; "
               f"highest level within 2x: {max(held) if held else None}")
-    return {"workload": {"phases": args.phases, "words": args.words, "delay_ms": args.delay_ms},
+    return {"mode": args.mode, "window_s": args.window_seconds, "ramp_s": args.ramp_seconds,
+            "workload": {"phases": args.phases, "words": args.words, "delay_ms": args.delay_ms},
             "baseline_first_event_p50_s": base, "first_level_over_2x": doubled,
             "highest_level_within_2x": max(held) if held else None, "worker_idle_rss_mb": idle_rss_mb,
             "levels": results}
@@ -220,8 +280,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--phases", type=int, default=3)
     parser.add_argument("--words", type=int, default=24)
     parser.add_argument("--delay-ms", type=int, default=20, help="agent pause between words")
+    parser.add_argument("--mode", choices=("steady", "burst"), default="steady",
+                        help="steady: each level keeps that many streams open for --window-seconds (a finished "
+                             "stream is replaced at once); burst: that many streams start at the same instant")
+    parser.add_argument("--ramp-seconds", type=float, default=2.0,
+                        help="steady: the slots' first starts are spread over this, and not measured")
+    parser.add_argument("--window-seconds", type=float, default=30.0,
+                        help="steady: responses started in this window after the ramp are measured")
     parser.add_argument("--min-streams", type=int, default=20,
-                        help="a level below this runs batches one after the other until it has this many streams")
+                        help="burst: a level below this runs batches one after the other until it has this many")
     parser.add_argument("--level-seconds", type=float, default=60.0, help="bound for one level (all its batches)")
     parser.add_argument("--pause-seconds", type=float, default=3.0, help="pause between levels")
     parser.add_argument("--json", type=Path, help="also write the results here")

@@ -31,12 +31,14 @@ param instanceMemoryMB int = 2048
 // HTTP requests one instance takes at once before Flex Consumption adds an instance. Without it the
 // platform's default for Python applies: one request per instance, so every open SSE stream (a streamed
 // response, or a reader following one) would hold a whole instance. The worker serves HTTP with an async
-// server (FastAPI/uvicorn through the HTTP-streaming extension): a stream waiting for its next event costs
-// no thread, and 50 concurrent runs with 2 readers each met the service's targets on one worker
-// (docs/PERFORMANCE.md, "Capacity model").
+// server (FastAPI/uvicorn through the HTTP-streaming extension), so a waiting stream costs no thread; what
+// limits an instance is latency: with 5 streams held open on one worker the median time to a stream's first
+// event stayed within 2x of a lone stream's, with 8-10 it was 2.4-7.3x, with 50 5-44x, in every run of
+// bench/stream_capacity.py; memory is no limit (worker RSS 101 MB at 5 streams, 172 MB at 200) (docs/PERFORMANCE.md,
+// "Instances for N concurrent streams"). At 5, maximumInstanceCount (100) caps the app at 500 open streams.
 @minValue(1)
 @maxValue(1000)
-param httpPerInstanceConcurrency int = 50
+param httpPerInstanceConcurrency int = 5
 
 // Always-ready instances for the HTTP group: kept warm and billed while idle, so the first request after a
 // quiet spell does not wait for a cold start (about a second here plus the platform's allocation). 0 = none.

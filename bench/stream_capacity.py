@@ -1,31 +1,38 @@
 """Stream capacity of one worker: concurrent open SSE streams against first-event latency, RSS and CPU.
 
 Spawns ONE host double (one host, one worker process) running the unmodified ``function_app.py`` and, level
-by level (``--levels``, default 1,10,25,50,100,150,200), starts that many streamed responses at once and
-reads each to its terminal event. Each response is one ``responses.create(stream=True, background=True)``
-with the official ``openai`` client, and its own POST stream is its only reader: that is what an SSE
-stream costs a Flex Consumption instance, one HTTP invocation held open from the POST to the terminal
-event (the app serves ``stream=true`` the same way with or without ``background``; ``background`` only lets
-a client reconnect). The load itself is ``bench/load.py``'s (``--create-stream --readers 1 --poll-ms 0``):
-every stream is checked for loss (0..N contiguous, terminal event, completed with every phase).
+by level (``--levels``, default 1,10,25,50,100,150,200), keeps that many streamed responses open. Each
+response is one ``responses.create(stream=True, background=True)`` with the official ``openai`` client, and
+its own POST stream is its only reader: that is what an SSE stream costs a Flex Consumption instance, one
+HTTP invocation held open from the POST to the terminal event (the app serves ``stream=true`` the same way
+with or without ``background``; ``background`` only lets a client reconnect). Each response is
+``bench/load.py``'s (``--create-stream --readers 1 --poll-ms 0``), checked for loss the same way (0..N
+contiguous, terminal event, completed with every phase).
+
+``--mode steady`` (default): N slots each start a streamed response, read it to its end and start the next
+at once, their first starts spread over ``--ramp-seconds``; the responses started in the following
+``--window-seconds`` are measured. ``--mode burst``: N responses start at the same instant (a level with
+fewer than ``--min-streams`` runs batches one after the other); that measures a burst of creates, which
+queue behind each other's storage round trips, rather than N streams held open.
 
 Per level it prints: first-event latency p50/p95 (from the start of the POST to the stream's first event)
 and p50's ratio to the level-1 baseline of the same run, stream duration p50 (POST to terminal event),
 events/s delivered, the worker process's peak RSS during the level (its ``VmHWM``, reset before each level
 through ``/proc/<pid>/clear_refs``; when that is refused, the peak of ``VmRSS`` sampled every 50 ms), the
 worker's CPU seconds and its share of one core, the phases' (``run_phase`` activities') execution time per
-response (from the double's ``HOSTDOUBLE_TRACE`` lines), the load average, and the responses with
-problems. Then the first level whose p50 first event exceeds 2x the baseline. A level with fewer than
-``--min-streams`` streams is repeated (one batch after the other) until it has that many samples.
+response (mean activity time x phases, from the double's ``HOSTDOUBLE_TRACE`` lines), the 1/5/15-minute
+load average, and the responses with problems. Then the first level whose p50 first event exceeds 2x the
+baseline. ``--json`` also keeps the wall time and responses per level (wall / responses is how long an
+instance holding N streams is busy per response).
 
     bash scripts/azurite.sh start cap1 --temporary
     export AzureWebJobsStorage="$(bash scripts/azurite.sh connection-string cap1)"
     .venv/bin/python bench/stream_capacity.py --json cap.json
-    .venv/bin/python bench/stream_capacity.py --levels 1,50,100 --phases 3 --words 24 --delay-ms 20
+    .venv/bin/python bench/stream_capacity.py --levels 1,2,5,8,10,15,25,50 --phases 3 --words 24 --delay-ms 20
 
 The benchmark's own clients run on the same machine (with Azurite and the double's host): the worker's
-CPU share says whether the worker or the machine is the limit. Bounded: ``--level-seconds`` per level
-(default 60), levels 1..500.
+CPU share says whether the worker or the machine is the limit. Bounded: ``--level-seconds`` per burst level
+and per stream (default 60), levels 1..500.
 """
 
 from __future__ import annotations

@@ -33,9 +33,10 @@ param instanceMemoryMB int = 2048
 // response, or a reader following one) would hold a whole instance. The worker serves HTTP with an async
 // server (FastAPI/uvicorn through the HTTP-streaming extension), so a waiting stream costs no thread; what
 // limits an instance is latency: with 5 streams held open on one worker the median time to a stream's first
-// event stayed within 2x of a lone stream's, with 8-10 it was 2.4-7.3x, with 50 5-44x, in every run of
-// bench/stream_capacity.py; memory is no limit (worker RSS 101 MB at 5 streams, 172 MB at 200) (docs/PERFORMANCE.md,
-// "Instances for N concurrent streams"). At 5, maximumInstanceCount (100) caps the app at 500 open streams.
+// event stayed within 2x of a lone stream's, with 10 it was 2.4-7.3x, with 50 5-44x, in every run of
+// bench/stream_capacity.py; memory is no limit (worker RSS 101-103 MB at 5 streams, 172 MB at 200)
+// (docs/PERFORMANCE.md, "Instances for N concurrent streams"). At 5, maximumInstanceCount (100) caps the app at
+// 500 open streams.
 @minValue(1)
 @maxValue(1000)
 param httpPerInstanceConcurrency int = 5

@@ -30,7 +30,7 @@ from resilient.protocol.items import (
     output_message,
     output_text_part,
 )
-from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error
+from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error, type_tag
 
 if TYPE_CHECKING:
     from resilient.protocol.request import CreateResponseRequest
@@ -86,21 +86,13 @@ class OutputTextPart(BaseModel):
 TextPart = Annotated[InputTextPart | OutputTextPart, Field(discriminator="type")]
 
 
-def _type_of(value: Any, default: object) -> object:
-    """A discriminator's tag: an object's ``type`` (None when absent); ``default`` for anything else, so
-    that the default member reports "expected an object"."""
-    if isinstance(value, BaseModel):
-        return getattr(value, "type")  # noqa: B009 (a union member: BaseModel does not declare it)
-    return value.get("type") if isinstance(value, dict) else default
-
-
 def _parts_for(role: str) -> TypeAdapter[list[TextPart]]:
     """The content parts a message of ``role`` may hold: a discriminated union on ``type`` that admits only
     the role's part type (assistant history is ``output_text``, every other role ``input_text``)."""
     allowed = "output_text" if role == "assistant" else "input_text"
 
     def tag(value: Any) -> object:
-        kind = _type_of(value, allowed)
+        kind = type_tag(value, allowed)
         return kind if kind == allowed else None
 
     part: Any = Annotated[
@@ -184,7 +176,7 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutput, Tag("function_call_output")]
     | Annotated[ApprovalResponse, Tag("mcp_approval_response")],
     Discriminator(
-        lambda value: "message" if isinstance(value, dict) and "type" not in value else _type_of(value, "message"),
+        lambda value: "message" if isinstance(value, dict) and "type" not in value else type_tag(value, "message"),
         custom_error_type="api_tag",
         custom_error_message="unsupported input item type",
         custom_error_context=tag_error(errors.CODE_INVALID_VALUE, "Invalid value for", ": {value}. Supported values "

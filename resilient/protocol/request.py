@@ -24,9 +24,20 @@ every validation error).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
@@ -44,14 +55,13 @@ from resilient.protocol.input_items import (
 from resilient.protocol.request_errors import (
     _fail,
     _fail_bad_id,
-    _fail_missing,
     _fail_type,
-    _fail_unknown,
     _fail_value,
     _json_kind,
-    _key,
     _param_of,
     api_error_from_validation,
+    fail_value_here,
+    tag_error,
 )
 from resilient.protocol.tools import TOOLS, FunctionTool, parse_tool_choice
 
@@ -103,25 +113,38 @@ class StreamOptions(BaseModel):
     include_obfuscation: bool = True
 
 
-def _parse_conversation(value: object) -> str:
-    if isinstance(value, str):
-        param = "conversation"
-        conv_id: object = value
-    elif isinstance(value, dict):
-        for key in value:
-            if key != "id":
-                _fail_unknown(f"conversation.{_key(key)}")
-        if "id" not in value:
-            _fail_missing("conversation.id")
-        param, conv_id = "conversation.id", value["id"]
-        if not isinstance(conv_id, str):
-            _fail_type(param, "a string", conv_id)
-    else:
-        _fail_type("conversation", "a string or an object with an 'id'", value)
+def _conversation_id(value: str) -> str:
     try:
-        return validate_id(conv_id, prefix=CONVERSATION_PREFIX, param=param)
+        return validate_id(value, prefix=CONVERSATION_PREFIX, param="conversation")
     except InvalidId:
-        _fail_bad_id(param, CONVERSATION_PREFIX, conv_id)
+        fail_value_here(f"{errors.echo(value)}. Expected an id starting with '{CONVERSATION_PREFIX}', 1-128 "
+                        "characters of [A-Za-z0-9_-].")
+
+
+ConversationId = Annotated[str, AfterValidator(_conversation_id)]
+
+
+class ConversationRef(BaseModel):
+    """``conversation`` as an object."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    id: ConversationId
+
+
+# A conversation id, or an object holding one.
+_CONVERSATION: TypeAdapter[str | ConversationRef] = TypeAdapter(
+    Annotated[
+        Annotated[ConversationId, Tag("string")] | Annotated[ConversationRef, Tag("object")],
+        Discriminator(
+            lambda value: "string" if isinstance(value, str) else "object" if isinstance(value, dict) else None,
+            custom_error_type="api_tag",
+            custom_error_message="not a conversation",
+            custom_error_context=tag_error(errors.CODE_INVALID_TYPE, "", "",
+                                           expected="a string or an object with an 'id'"),
+        ),
+    ]
+)
 
 
 class CreateResponseRequest(BaseModel):
@@ -195,7 +218,8 @@ class CreateResponseRequest(BaseModel):
     @field_validator("conversation", mode="before")
     @classmethod
     def _check_conversation(cls, value: object) -> object:
-        return _parse_conversation(value)
+        conversation = _CONVERSATION.validate_python(value)
+        return conversation if isinstance(conversation, str) else conversation.id
 
     @field_validator("previous_response_id")
     @classmethod

@@ -10,9 +10,9 @@ unknown or missing ``type`` of a discriminated union (its message is the union's
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from pydantic import BeforeValidator, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from resilient.protocol import errors
@@ -22,10 +22,11 @@ _MAX_KEY_ECHO = 64
 # The Tag names of the request's discriminated unions. pydantic puts the chosen tag into an error's
 # location (``input, 0, "message", "role"``); it never belongs in the ``param`` a client sees.
 UNION_TAGS: frozenset[str] = frozenset(
-    {"message", "function_call_output", "mcp_approval_response", "input_text", "output_text", "function", "mode"}
+    {"message", "function_call_output", "mcp_approval_response", "input_text", "output_text", "function", "mode",
+     "string", "object"}
 )
-# A tag follows a list index or, for ``tool_choice`` (a string or an object), the field itself.
-_UNION_FIELDS: frozenset[str] = frozenset({"tool_choice"})
+# A tag follows a list index or, for a field that is a string or an object, the field itself.
+_UNION_FIELDS: frozenset[str] = frozenset({"tool_choice", "conversation"})
 
 
 def _key(key: object) -> str:
@@ -74,14 +75,6 @@ def _fail_bad_id(param: str, prefix: str, value: object) -> NoReturn:
     )
 
 
-def _fail_unknown(param: str) -> NoReturn:
-    _fail(param, errors.CODE_UNKNOWN_PARAMETER, f"Unknown parameter: '{param}'.")
-
-
-def _fail_missing(param: str) -> NoReturn:
-    _fail(param, errors.CODE_MISSING_PARAMETER, f"Missing required parameter: '{param}'.")
-
-
 def _fail_here(code: str, head: str, tail: str, suffix: str = "") -> NoReturn:
     """An error at the value being validated (or at ``suffix`` inside it, such as ``.type``): the message is
     ``{head} '<its param>'{tail}``."""
@@ -96,6 +89,14 @@ def fail_type_here(expected: str, value: object) -> NoReturn:
 
 def fail_value_here(detail: str, *, suffix: str = "") -> NoReturn:
     _fail_here(errors.CODE_INVALID_VALUE, "Invalid value for", f": {detail}", suffix)
+
+
+def type_tag(value: Any, default: object) -> object:
+    """A discriminator's tag: an object's ``type`` (None when absent); ``default`` for anything else, so
+    that the default member reports "expected an object"."""
+    if isinstance(value, BaseModel):
+        return getattr(value, "type")  # noqa: B009 (a union member: BaseModel does not declare it)
+    return value.get("type") if isinstance(value, dict) else default
 
 
 def tag_error(code: str, head: str, tail: str, *, missing: str = "",

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag, TypeAdapter
 
 from resilient.protocol import errors
-from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error
+from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error, type_tag
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -50,19 +50,12 @@ class FunctionTool(BaseModel):
                 "parameters": self.parameters, "strict": self.strict}
 
 
-def _type_of(value: Any, default: object) -> object:
-    """A discriminator's tag: an object's ``type`` (None when absent), ``default`` for anything else."""
-    if isinstance(value, BaseModel):
-        return getattr(value, "type")  # noqa: B009 (a union member: BaseModel does not declare it)
-    return value.get("type") if isinstance(value, dict) else default
-
-
 # A discriminated union of one member: the type is checked before anything else in the tool, so a tool of
 # another type (with its own fields) is refused for its type, not for a field a function tool lacks.
 Tool = Annotated[
     Annotated[FunctionTool, Tag("function")],
     Discriminator(
-        lambda value: _type_of(value, "function"),
+        lambda value: type_tag(value, "function"),
         custom_error_type="api_tag",
         custom_error_message="unsupported tool type",
         custom_error_context=tag_error(errors.CODE_UNSUPPORTED_VALUE, "Unsupported value for", ": {value}. This "
@@ -88,7 +81,7 @@ _TOOL_CHOICE: TypeAdapter[ToolChoiceMode | ToolChoiceFunction] = TypeAdapter(
         Annotated[ToolChoiceMode, one_of(_MODES, more=', or {"type": "function", "name": ...}'), Tag("mode")]
         | Annotated[ToolChoiceFunction, Tag("function")],
         Discriminator(
-            lambda value: "mode" if isinstance(value, str) else _type_of(value, None),
+            lambda value: "mode" if isinstance(value, str) else type_tag(value, None),
             custom_error_type="api_tag",
             custom_error_message="unsupported tool_choice",
             custom_error_context=tag_error(errors.CODE_UNSUPPORTED_VALUE, "Unsupported value for",

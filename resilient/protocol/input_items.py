@@ -133,7 +133,7 @@ class InputMessage(BaseModel):
             fail_type_here("a string or an array of content parts", value)
         elif not value:
             fail_value_here("expected a non-empty array of content parts.")
-        return _PARTS[role].validate_python(value)
+        return _PARTS[role].validate_python(value, strict=True)
 
 
 class FunctionCallOutput(BaseModel):
@@ -156,7 +156,7 @@ class FunctionCallOutput(BaseModel):
             return value
         if not isinstance(value, list):
             fail_type_here("a string or an array of input_text parts", value)
-        return _PARTS["user"].validate_python(value)
+        return _PARTS["user"].validate_python(value, strict=True)
 
 
 class ApprovalResponse(BaseModel):

@@ -192,7 +192,7 @@ class CreateResponseRequest(BaseModel):
                         f"{len(value)}; continue a longer history with previous_response_id or conversation.")
         # Through the adapter rather than the field's ``str | list`` union, whose member labels would land in
         # every error's location.
-        return INPUT_ITEMS.validate_python(value)
+        return INPUT_ITEMS.validate_python(value, strict=True)
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -201,7 +201,7 @@ class CreateResponseRequest(BaseModel):
             _fail_type("tools", "an array", value)
         if len(value) > MAX_TOOLS:
             _fail_value("tools", f"expected at most {MAX_TOOLS} tools, got {len(value)}.")
-        tools = TOOLS.validate_python(value)
+        tools = TOOLS.validate_python(value, strict=True)
         seen: set[str] = set()
         for i, tool in enumerate(tools):
             if tool.name in seen:  # a rule between items that docs/openapi.yaml cannot state; OpenAI: 400
@@ -218,7 +218,7 @@ class CreateResponseRequest(BaseModel):
     @field_validator("conversation", mode="before")
     @classmethod
     def _check_conversation(cls, value: object) -> object:
-        conversation = _CONVERSATION.validate_python(value)
+        conversation = _CONVERSATION.validate_python(value, strict=True)
         return conversation if isinstance(conversation, str) else conversation.id
 
     @field_validator("previous_response_id")

@@ -4,8 +4,9 @@ and the translation of a pydantic ``ValidationError`` (its own error types inclu
 
 Custom errors come in three kinds: ``api_error`` names its ``param`` outright (rules between fields);
 ``api_here`` is at the validated value's own place (``{head} '<param>'{tail}``, the place filled in from
-the error's location, so a model's validator need not know where in the body it is); ``api_tag`` is an
-unknown or missing ``type`` of a discriminated union (its message is the union's ``custom_error_context``).
+the error's location, so a model's validator need not know where in the body it is); ``api_tag`` is a
+discriminated union that finds no member (an unknown or missing ``type``, or a value of no member's kind;
+the wording is the union's ``custom_error_context``).
 """
 
 from __future__ import annotations

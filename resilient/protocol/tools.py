@@ -94,5 +94,5 @@ _TOOL_CHOICE: TypeAdapter[ToolChoiceMode | ToolChoiceFunction] = TypeAdapter(
 
 def parse_tool_choice(value: object) -> str | dict[str, Any]:
     """``tool_choice`` validated: a mode, or ``{"type": "function", "name": ...}`` as a dict."""
-    choice = _TOOL_CHOICE.validate_python(value)
+    choice = _TOOL_CHOICE.validate_python(value, strict=True)
     return choice if isinstance(choice, str) else choice.model_dump()

@@ -139,7 +139,8 @@ class InputMessage(BaseModel):
 class FunctionCallOutput(BaseModel):
     """A ``function_call_output`` input item: the client's answer to a ``function_call``.
 
-    As in every model here, the field order is the order in which errors are reported."""
+    As in every model here, the field order is the order in which errors are reported (so a body with both
+    a bad ``output`` and a bad ``id`` or ``status`` is told about ``output``)."""
 
     model_config = _STRICT
 

@@ -1,8 +1,9 @@
 """The one place that wires a worker: storage, the instance-local caches, the engine and the service.
 
 Why one place: every process-local cache (the run memo, the kept log writers, the control board, the
-committed feed with its recent-log memory) must be the same object for storage, the engine and the HTTP
-layer of a worker, or one of them would miss what another learnt. :class:`~resilient.engine.instance.
+committed feed with its recent-log memory, the on-demand repair throttle) must be the same object for
+storage, the engine and the HTTP layer of a worker, or one of them would miss what another learnt. None of
+them lives at module level: each worker's are built here. :class:`~resilient.engine.instance.
 InstanceCaches` holds them and states what each may see stale; this module builds one per event loop and
 hands it to all three.
 """

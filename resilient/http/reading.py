@@ -62,7 +62,7 @@ class ResponseReader:
         self.runtime = runtime
         self.settings = settings
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
-        self.caches = caches if caches is not None else InstanceCaches()  # what this process knows of runs
+        self.caches = caches if caches is not None else InstanceCaches.sharing(storage)  # what this process knows
 
     async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but

@@ -19,9 +19,9 @@ from resilient.settings import Settings
 from resilient.storage.active import TableActiveIndex
 from resilient.storage.chains import TableChainStore
 from resilient.storage.connection import RetryConfig, StorageClients
-from resilient.storage.controls import CONTROLS, ControlBoard
+from resilient.storage.controls import ControlBoard
 from resilient.storage.eventlog import BlobEventLog
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.items import TableItemStore
 from resilient.storage.kept import KeptWriters
 from resilient.storage.memory.backend import MemoryBackend
@@ -38,7 +38,8 @@ _created: set[tuple[str, str]] = set()
 @dataclass
 class Storage:
     """The stores the engine and the HTTP layer program against, plus the clients they share (or, for the
-    in-memory stores, the :class:`MemoryBackend` they share)."""
+    in-memory stores, the :class:`MemoryBackend` they share), and the process-local feed and control board
+    the stores report to (the worker's, see :class:`~resilient.engine.instance.InstanceCaches`)."""
 
     responses: ResponseStore
     items: ItemStore
@@ -46,6 +47,8 @@ class Storage:
     chains: ChainStore
     active: ActiveIndex
     clients: StorageClients | MemoryBackend = field(repr=False)
+    feed: CommittedFeed = field(repr=False)
+    controls: ControlBoard = field(repr=False)
 
     async def close(self) -> None:
         await self.clients.close()
@@ -59,8 +62,8 @@ class Storage:
         await self.close()
 
 
-def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFeed = COMMITTED,
-                  controls: ControlBoard = CONTROLS, kept: KeptWriters | None = None) -> Storage:
+def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFeed, controls: ControlBoard,
+                  kept: KeptWriters | None = None) -> Storage:
     """Wire the Azure-backed stores over ``clients`` (no I/O), reporting to this process's caches: the feed
     readers here follow, the control board running phases here watch, and the kept writers.
 
@@ -73,14 +76,15 @@ def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFee
         responses=TableResponseStore(clients.table(clients.responses_table_name), spill, controls=controls),
         items=TableItemStore(clients.table(clients.items_table_name), spill),
         events=BlobEventLog(clients.container(clients.events_container_name), feed=feed, kept=kept),
-        clients=clients,
         chains=TableChainStore(clients.table(clients.chains_table_name)),
         active=TableActiveIndex(clients.table(clients.active_table_name)),
+        clients=clients,
+        feed=feed,
+        controls=controls,
     )
 
 
-def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed = COMMITTED,
-                         controls: ControlBoard = CONTROLS) -> Storage:
+def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed, controls: ControlBoard) -> Storage:
     """The in-memory stores over ``backend`` (shared state: build twice to play two processes)."""
     return Storage(
         responses=MemoryResponseStore(backend, controls=controls),
@@ -89,6 +93,8 @@ def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed = COMMIT
         chains=MemoryChainStore(backend),
         active=MemoryActiveIndex(backend),
         clients=backend,
+        feed=feed,
+        controls=controls,
     )
 
 
@@ -103,8 +109,8 @@ def _location(settings: Settings) -> tuple[str, str]:
     return where, settings.storage_prefix
 
 
-async def open_storage(settings: Settings, *, retry: RetryConfig | None = None, feed: CommittedFeed = COMMITTED,
-                       controls: ControlBoard = CONTROLS, kept: KeptWriters | None = None) -> Storage:
+async def open_storage(settings: Settings, *, feed: CommittedFeed, controls: ControlBoard,
+                       retry: RetryConfig | None = None, kept: KeptWriters | None = None) -> Storage:
     """Open clients for ``settings``, create tables/containers once per process, return the stores (over
     the process-local caches given, see :func:`build_storage`).
 

@@ -24,7 +24,7 @@ from azure.data.tables.aio import TableClient
 from resilient.ids import validate_id
 from resilient.storage.cas import retry_cas
 from resilient.storage.connection import translate_errors
-from resilient.storage.controls import CONTROLS, ControlBoard
+from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, Control, JsonDict, ResponseRecord
 from resilient.storage.spill import JsonSpill
@@ -43,7 +43,7 @@ def _etag(entity: Any) -> str:
 class TableResponseStore:
     """``ResponseStore`` over one Azure Table (``<prefix>responses``)."""
 
-    def __init__(self, table: TableClient, spill: JsonSpill, *, controls: ControlBoard = CONTROLS) -> None:
+    def __init__(self, table: TableClient, spill: JsonSpill, *, controls: ControlBoard) -> None:
         self._table = table
         self._spill = spill
         self._controls = controls  # every row this store reads or writes tells running phases here

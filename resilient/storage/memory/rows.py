@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from resilient.ids import validate_id
 from resilient.storage.cas import retry_cas
-from resilient.storage.controls import CONTROLS, ControlBoard
+from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
 from resilient.storage.memory.backend import ChainRow, MemoryBackend, ResponseRow, frozen_json, round_trip, thawed_json
 from resilient.storage.ports import TERMINAL_STATUSES, ActiveEntry, ChainRecord, Control, JsonDict, ResponseRecord
@@ -25,7 +25,7 @@ _ACTIVE_SHARDS = 16  # the Table adapter's partitions, kept only so listings com
 class MemoryResponseStore:
     """``ResponseStore`` over a :class:`MemoryBackend`."""
 
-    def __init__(self, backend: MemoryBackend, *, controls: ControlBoard = CONTROLS) -> None:
+    def __init__(self, backend: MemoryBackend, *, controls: ControlBoard) -> None:
         self._rows = backend.responses
         self._backend = backend
         self._controls = controls

@@ -57,12 +57,34 @@ the agent's error. A turn that ends with function calls or an approval request c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from resilient.engine.failures import is_worker_lost, reason_line
+from resilient.engine.orchestration_terms import (
+    CANCEL_EVENT,
+    CHAIN_LOCK_ENTITY,
+    CLIENT_DONE_EVENT,
+    FINAL_KEY,
+    FINALIZE,
+    FORGET,
+    FORGET_AFTER_KEY,
+    INSPECT,
+    ITEMS_KEY,
+    LOCK_GRANTED_EVENT,
+    MARK_QUEUED,
+    NOTHING_AHEAD_KEY,
+    OPEN_KEY,
+    OWNS_LOCK_KEY,
+    RUN_PHASE,
+    TERMINAL,
+    TRACE_PARENT_KEY,
+    WAKE_NEXT,
+    JsonDict,
+    outcome_of_stop,
+)
 
 # Orchestration versioning (host.json ``defaultVersion``, ``versionMatchStrategy: CurrentOrOlder``): the host
 # stamps new instances with this version, and a worker runs only instances of its version or older. So in a
@@ -72,34 +94,6 @@ from resilient.engine.failures import is_worker_lost, reason_line
 #   1.0 (or none: started before versioning) - fixed plans only
 #   2.0 - open plans: each step's result carries ``open``/``items``; the next step gets a ``position``
 ORCHESTRATION_VERSION = "2.0"
-
-RUN_PHASE = "run_phase"
-FINALIZE = "finalize_response"
-MARK_QUEUED = "mark_queued"
-WAKE_NEXT = "wake_next_turn"
-INSPECT = "inspect_response"
-FORGET = "forget_response"
-CHAIN_LOCK_ENTITY = "chain_lock"
-LOCK_GRANTED_EVENT = "lock_granted"
-CANCEL_EVENT = "cancel"
-CLIENT_DONE_EVENT = "client_done"
-FORGET_AFTER_KEY = "forget_after_seconds"  # in the input of a store=false run: the grace in seconds
-# In the input of a chained turn whose create found no unfinished turn ahead of it: a lock held by another
-# turn then most likely belongs to a finished one whose orchestration died before releasing it.
-NOTHING_AHEAD_KEY = "nothing_ahead"
-# In the input of a stored root turn (its chain is named by its own id): the chain's lock starts out held by
-# it (``chainlock.initial_state``), so it takes no lock and its first episode schedules the first phase. An
-# input flag rather than a rule on the ids: an execution started before this rule existed replays its
-# ``acquire`` as it was recorded.
-OWNS_LOCK_KEY = "owns_lock"
-FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
-OPEN_KEY = "open"  # in a run_phase result: the plan is open (steps decided at run time; each may be the last)
-ITEMS_KEY = "items"  # in an open plan's step result: how many output items the step left
-# In the input of a traced run: the W3C trace context of the request that created it. Copied as is into every
-# activity's input (only when present, so an untraced run schedules exactly what it always did), so each
-# activity's span joins the run's trace (see resilient.telemetry.spans). Not a version change: the steps and
-# their order are the same, and an activity ignores an input key it does not know.
-TRACE_PARENT_KEY = "traceparent"
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
@@ -118,36 +112,12 @@ MODEL_WAIT_CAP_SECONDS = 300.0
 MODEL_WAIT_BUDGET_SECONDS = 900.0
 MODEL_WAIT_MIN_SECONDS = 1.0
 
-TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete", "gone"})
-
-JsonDict = dict[str, Any]
-
-
 class WorkerLost(Exception):
     """The crash budget of a step or run is spent: the worker kept dying while running it."""
 
 
 def _failure(message: str) -> JsonDict:
     return {"status": "failed", "error": {"code": "server_error", "message": message[:500]}}
-
-
-def _stop_failed(result: JsonDict) -> JsonDict:
-    return {"status": "failed", "error": result.get("error") or {"code": "server_error", "message": "failed"}}
-
-
-# What a ``stop`` word in a plan/run_phase result means for the run. Unknown words end the run completed.
-STOP_OUTCOMES: dict[str, Callable[[JsonDict], JsonDict]] = {
-    "cancelled": lambda result: {"status": "cancelled"},
-    "steered": lambda result: {"status": "completed", "steered": True},
-    "paused": lambda result: {"status": "completed", "ended": "paused"},  # waits for an approval answer
-    "tool_calls": lambda result: {"status": "completed", "ended": "tool_calls"},  # waits for tool outputs
-    "failed": _stop_failed,
-}
-
-
-def outcome_of_stop(result: JsonDict) -> JsonDict:
-    handler = STOP_OUTCOMES.get(str(result.get("stop")))
-    return handler(result) if handler is not None else {"status": "completed"}
 
 
 @dataclass

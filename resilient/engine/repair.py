@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine.logtail import log_ended
-from resilient.engine.orchestrator import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
+from resilient.engine.orchestration_terms import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
 from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics

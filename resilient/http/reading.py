@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine import lifecycle, unstored
-from resilient.engine import orchestrator as orch
+from resilient.engine import orchestration_terms as terms
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.logtail import log_ended
 from resilient.engine.repair import DurableControl, Repairer
@@ -114,7 +114,7 @@ class ResponseReader:
                 log.info("store=false client gone before the end", extra={"response_id": response_id})
                 await unstored.abandon(self.storage, response_id)
             try:
-                await self.runtime.raise_event(response_id, orch.CLIENT_DONE_EVENT, {"delivered": delivered})
+                await self.runtime.raise_event(response_id, terms.CLIENT_DONE_EVENT, {"delivered": delivered})
             except Exception:  # the run already forgot it after its grace period: nothing left to tell
                 log.info("client_done not delivered", extra={"response_id": response_id})
 

@@ -4,7 +4,9 @@ It is a plain generator over a Durable orchestration context and does no I/O, re
 random ids: everything that touches the world is an activity, so a replay takes the same path.
 
 What goes into history is small on purpose (ids, indexes, status words): items and events live in
-storage, never in orchestration history.
+storage, never in orchestration history. Those words (activity, entity and event names, input and result
+keys) are in :mod:`resilient.engine.orchestration_terms`; a chained turn's wait for its chain's lock is in
+:mod:`resilient.engine.turnqueue`; this module is the run's control flow and its failure policy.
 
 Flow::
 
@@ -64,7 +66,6 @@ from typing import Any
 
 from resilient.engine.failures import is_worker_lost, reason_line
 from resilient.engine.orchestration_terms import (
-    CANCEL_EVENT,
     CHAIN_LOCK_ENTITY,
     CLIENT_DONE_EVENT,
     FINAL_KEY,
@@ -73,8 +74,6 @@ from resilient.engine.orchestration_terms import (
     FORGET_AFTER_KEY,
     INSPECT,
     ITEMS_KEY,
-    LOCK_GRANTED_EVENT,
-    MARK_QUEUED,
     NOTHING_AHEAD_KEY,
     OPEN_KEY,
     OWNS_LOCK_KEY,
@@ -85,6 +84,7 @@ from resilient.engine.orchestration_terms import (
     JsonDict,
     outcome_of_stop,
 )
+from resilient.engine.turnqueue import take_lock
 
 # Orchestration versioning (host.json ``defaultVersion``, ``versionMatchStrategy: CurrentOrOlder``): the host
 # stamps new instances with this version, and a worker runs only instances of its version or older. So in a
@@ -215,66 +215,6 @@ class _Run:
             removal = yield from self.entity("remove")
             yield from self.wake(removal)
 
-    def take_lock(self, nothing_ahead: bool = False) -> Generator[Any, Any, str]:
-        """Acquire the chain lock, waiting in the queue if another turn holds it.
-        Returns ``granted``, ``cancelled`` (a cancel came while queued) or ``failed``.
-
-        ``nothing_ahead``: the create saw no unfinished turn on the chain, so a holder is most likely a
-        finished turn whose orchestration died after its finalize (the real host fails an orchestration
-        whose episode dies with the worker); it is inspected at once, not after the first recheck timer
-        (15 s during which the new turn would show ``queued`` behind nobody). A holder still running (a
-        turn created meanwhile) costs one inspection, and the turn waits as usual."""
-        answer = yield from self.entity("acquire")
-        if answer is None:
-            return "failed"
-        if answer.get("state") != "queued":
-            return "granted"
-        if nothing_ahead and (yield from self.free_if_over(answer)):
-            return "granted"
-        self.context.set_custom_status({"response_id": self.response_id, "state": "queued"})
-        yield from self.try_call(MARK_QUEUED, {"response_id": self.response_id})
-        # Created once and re-used by every round: a second waiter for the same event would split the events.
-        granted = self.context.wait_for_external_event(LOCK_GRANTED_EVENT)
-        cancelled = self.context.wait_for_external_event(CANCEL_EVENT)
-        rounds = 0
-        while True:
-            recheck = self.timer(LOCK_RECHECK_SECONDS[min(rounds, len(LOCK_RECHECK_SECONDS) - 1)])
-            winner = yield self.context.task_any([granted, cancelled, recheck])
-            if winner is not recheck:
-                if not recheck.is_completed:  # both may land in one episode; cancelling a fired timer raises
-                    recheck.cancel()
-                return "granted" if winner is granted else "cancelled"
-            rounds += 1
-            if (yield from self.recheck_lock()):
-                return "granted"
-
-    def recheck_lock(self) -> Generator[Any, Any, bool]:
-        """No grant came for a while. Ask again (``acquire`` is idempotent: a grant whose event was lost
-        answers ``granted`` now); if the holder's run is over but it never released (its orchestration died
-        after finalize), release on its behalf. True when the lock is ours."""
-        answer = yield from self.entity("acquire")
-        if answer is None:
-            return False
-        if answer.get("state") == "granted":
-            return True
-        return (yield from self.free_if_over(answer))
-
-    def free_if_over(self, answer: JsonDict) -> Generator[Any, Any, bool]:
-        """A queued ``acquire`` answer names the holder: if its run is over, release on its behalf and hand
-        the lock on. True when it comes to this turn."""
-        holder = answer.get("active")
-        if not holder or holder == self.response_id:
-            return False
-        verdict = yield from self.try_call(INSPECT, {"response_id": str(holder)})
-        if not (verdict and verdict.get("over")):
-            return False
-        released = yield from self.entity("release", str(holder))  # a no-op if the holder released meanwhile
-        next_id = released.get("next") if released else None
-        if next_id == self.response_id:
-            return True
-        yield from self.wake(released)
-        return False
-
     def run_phase(self, index: int, *, plan: bool = False, last: bool = False,
                   position: int | None = None) -> Generator[Any, Any, JsonDict]:
         """Run one phase; when it answers ``retry_after``, wait on a durable timer and run it again, within
@@ -381,7 +321,7 @@ def _respond(run: _Run, args: JsonDict) -> Generator[Any, Any, JsonDict]:
             return final
 
     if run.lock is not None and not args.get(OWNS_LOCK_KEY):
-        got = yield from run.take_lock(nothing_ahead=bool(args.get(NOTHING_AHEAD_KEY)))
+        got = yield from take_lock(run, LOCK_RECHECK_SECONDS, nothing_ahead=bool(args.get(NOTHING_AHEAD_KEY)))
         if got == "cancelled":
             # S4: leave the queue; the running turn is untouched. A grant that raced the cancel is
             # handed on by the entity's remove operation (it answers with the next turn to wake).

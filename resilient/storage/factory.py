@@ -3,7 +3,8 @@
 Why a bundle: the engine and the HTTP layer need all three stores over the same clients (one
 transport, one credential); whoever opens it closes it. The tables and containers are created at
 most once per process and storage location, not on every open (cold-start cost, and a create per
-request would be a wasted round trip).
+request would be a wasted round trip): the caller passes the set of locations created so far (the
+process's, kept by :mod:`resilient.functions.runtime`), or none to create them now.
 
 :func:`build_storage` over a :class:`~resilient.storage.memory.MemoryBackend` instead of clients wires the
 in-memory stores (tests that exercise the engine rather than storage); production always opens clients.
@@ -32,7 +33,7 @@ from resilient.storage.ports import ActiveIndex, ChainStore, EventLog, ItemStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
 
-_created: set[tuple[str, str]] = set()
+CreatedLocations = set[tuple[str, str]]
 
 
 @dataclass
@@ -110,9 +111,11 @@ def _location(settings: Settings) -> tuple[str, str]:
 
 
 async def open_storage(settings: Settings, *, feed: CommittedFeed, controls: ControlBoard,
-                       retry: RetryConfig | None = None, kept: KeptWriters | None = None) -> Storage:
-    """Open clients for ``settings``, create tables/containers once per process, return the stores (over
-    the process-local caches given, see :func:`build_storage`).
+                       retry: RetryConfig | None = None, kept: KeptWriters | None = None,
+                       created: CreatedLocations | None = None) -> Storage:
+    """Open clients for ``settings``, create the tables and containers unless ``created`` (the locations
+    created in this process so far) names this one, and return the stores (over the process-local caches
+    given, see :func:`build_storage`).
 
     The caller owns the result (``await storage.close()`` or ``async with``); clients are bound to
     the running event loop, so open one per loop.
@@ -120,9 +123,10 @@ async def open_storage(settings: Settings, *, feed: CommittedFeed, controls: Con
     clients = StorageClients(settings, retry=retry)
     key = _location(settings)
     try:
-        if key not in _created:  # two racing first opens both create: harmless, creation is idempotent
+        if created is None or key not in created:  # two racing first opens both create: harmless (idempotent)
             await clients.ensure_created()
-            _created.add(key)
+            if created is not None:
+                created.add(key)
     except BaseException:
         await clients.close()
         raise

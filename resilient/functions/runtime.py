@@ -65,8 +65,9 @@ async def worker() -> Worker:
                 raise RuntimeError("resilient.functions.runtime.configure(agent_factory) was not called")
             settings = Settings.from_env()
             found = await bootstrap(settings, _agent_factory(settings), created=_created)  # storage SDKs load here
+            if not _workers:  # the process's first worker: one line, if runs resume
+                resume_notice.announce_detached(found.engine.storage, settings, time.time())
             _workers[key] = found
-            resume_notice.announce_once(found.engine.storage, settings, time.time())  # one line, if runs resume
             # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
             found.engine.caches.shutdown.install(asyncio.get_running_loop())
     return found

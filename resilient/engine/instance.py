@@ -37,6 +37,7 @@ from resilient.engine.batching import expect_next_activity, load_factor
 from resilient.engine.repair import Throttle
 from resilient.engine.runmemo import RunMemory
 from resilient.engine.shutdown import Shutdown
+from resilient.engine.unstored import Detached
 from resilient.protocol import events as ev
 from resilient.storage.controls import ControlBoard
 from resilient.storage.feed import CommittedFeed
@@ -63,6 +64,7 @@ class InstanceCaches:
     kept: KeptWriters = field(default_factory=KeptWriters)
     shutdown: Shutdown = field(default_factory=Shutdown)  # SIGTERM: running steps stop and run elsewhere
     nudges: Throttle = field(default_factory=Throttle)  # on-demand repair checks made here
+    detached: Detached = field(default_factory=Detached)  # background work started here, kept referenced
 
     @classmethod
     def sharing(cls, storage: Storage) -> InstanceCaches:

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from resilient.engine.unstored import detach
 from resilient.storage.ports import ActiveEntry
 
 if TYPE_CHECKING:
+    from resilient.engine.unstored import Detached
     from resilient.settings import Settings
     from resilient.storage.factory import Storage
 
@@ -60,7 +60,7 @@ async def announce(storage: Storage, settings: Settings, now: float) -> str | No
     return line
 
 
-def announce_detached(storage: Storage, settings: Settings, now: float) -> None:
+def announce_detached(storage: Storage, settings: Settings, now: float, detached: Detached) -> None:
     """Detached: start-up must not wait for it, and a failure only costs the line. Called once per
     process, by the first worker's wiring (:func:`resilient.functions.runtime.worker`)."""
 
@@ -70,4 +70,4 @@ def announce_detached(storage: Storage, settings: Settings, now: float) -> None:
         except Exception:
             log.debug("could not list unfinished runs at start-up", exc_info=True)
 
-    detach(run(), "start-up notice")
+    detached.start(run(), "start-up notice")

@@ -90,9 +90,10 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         args = _args(payload)
         response_id = str(args["response_id"])
         with _span(terms.FORGET, args):
-            await unstored.forget((await runtime.engine()).storage, response_id)
+            engine = await runtime.engine()
+            await unstored.forget(engine.storage, response_id)
         history = ClientHistory(DurableClient(client))
-        unstored.detach(unstored.purge_history_when_done(history, response_id), "history purge")
+        engine.caches.detached.start(unstored.purge_history_when_done(history, response_id), "history purge")
         return {"forgotten": True}
 
     @bp.entity_trigger(context_name="context", entity_name=terms.CHAIN_LOCK_ENTITY)

@@ -66,7 +66,7 @@ async def worker() -> Worker:
             settings = Settings.from_env()
             found = await bootstrap(settings, _agent_factory(settings), created=_created)  # storage SDKs load here
             if not _workers:  # the process's first worker: one line, if runs resume
-                resume_notice.announce_detached(found.engine.storage, settings, time.time())
+                resume_notice.announce_detached(found.engine.storage, settings, time.time(), found.caches.detached)
             _workers[key] = found
             # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
             found.engine.caches.shutdown.install(asyncio.get_running_loop())

@@ -118,7 +118,7 @@ class ResponseReader:
             except Exception:  # the run already forgot it after its grace period: nothing left to tell
                 log.info("client_done not delivered", extra={"response_id": response_id})
 
-        unstored.detach(report(), "client_done")
+        self.caches.detached.start(report(), "client_done")
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:

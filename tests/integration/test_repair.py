@@ -33,6 +33,8 @@ from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import Durable, Injected
 
+pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+
 QUESTION = "How does a run come back after its orchestration died?"
 WAIT_S = 30.0
 

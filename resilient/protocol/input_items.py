@@ -5,7 +5,7 @@ it), and their normalisation into stored items (the input-items listing's shape)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     AfterValidator,
@@ -31,9 +31,6 @@ from resilient.protocol.items import (
     output_text_part,
 )
 from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error, type_tag
-
-if TYPE_CHECKING:
-    from resilient.protocol.request import CreateResponseRequest
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 _ROLES: tuple[MessageRole, ...] = ("user", "system", "developer", "assistant")
@@ -187,8 +184,14 @@ InputItem = Annotated[
 INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 
 
+class HasInputItems(Protocol):
+    """What normalising needs of a request (``CreateResponseRequest``): its input as items."""
+
+    def items(self) -> list[InputItem]: ...
+
+
 def normalize_input_items(
-    req: CreateResponseRequest, new_id: Callable[[], str], typed_id: Callable[[str], str] | None = None
+    req: HasInputItems, new_id: Callable[[], str], typed_id: Callable[[str], str] | None = None
 ) -> list[dict[str, Any]]:
     """The request's input as stored items, in the input-items listing's shape, each with a new id
     (``typed_id``, when given, makes the ids of non-message items from their type, for the id prefix).

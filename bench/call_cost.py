@@ -41,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient.ids import new_response_id
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import open_storage
+from resilient.storage.feed import CommittedFeed
 from tests.hostdouble.durable import lean
 from tests.hostdouble.durable.batch import use_lean_transactions
 
@@ -59,7 +61,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     settings = Settings.from_env()
-    storage = await open_storage(settings)
+    storage = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     clients = storage.clients
     table = clients.table(clients.items_table_name)
     container = clients.container(clients.events_container_name)

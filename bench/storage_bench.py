@@ -25,8 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from resilient.ids import new_response_id
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.factory import Storage, open_storage
+from resilient.storage.feed import CommittedFeed
 
 READ_REPS = 15
 
@@ -86,7 +88,8 @@ async def cleanup(storage: Storage) -> None:
 async def main(total: int, batch: int, repeats: int) -> None:
     prefix = "b" + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
     conn = os.environ.get("AzureWebJobsStorage") or "UseDevelopmentStorage=true"
-    storage = await open_storage(Settings.from_env({"AzureWebJobsStorage": conn, "RESILIENT_STORAGE_PREFIX": prefix}))
+    settings = Settings.from_env({"AzureWebJobsStorage": conn, "RESILIENT_STORAGE_PREFIX": prefix})
+    storage = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     log = storage.events
     assert isinstance(log, BlobEventLog)
     rows: list[dict[str, float]] = []

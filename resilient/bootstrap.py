@@ -1,8 +1,9 @@
 """The one place that wires a worker: storage, the instance-local caches, the engine and the service.
 
 Why one place: every process-local cache (the run memo, the kept log writers, the control board, the
-committed feed with its recent-log memory) must be the same object for storage, the engine and the HTTP
-layer of a worker, or one of them would miss what another learnt. :class:`~resilient.engine.instance.
+committed feed with its recent-log memory, the on-demand repair throttle) must be the same object for
+storage, the engine and the HTTP layer of a worker, or one of them would miss what another learnt. None of
+them lives at module level: each worker's are built here. :class:`~resilient.engine.instance.
 InstanceCaches` holds them and states what each may see stale; this module builds one per event loop and
 hands it to all three.
 """
@@ -20,7 +21,7 @@ from resilient.settings import Settings
 
 if TYPE_CHECKING:
     from resilient.http.service import DurableRuntime, ResponsesService
-    from resilient.storage.factory import Storage
+    from resilient.storage.factory import CreatedLocations, Storage
 
 
 @dataclass
@@ -43,12 +44,16 @@ class Worker:
                                 on_created=self.engine.remember_created, caches=self.caches)
 
 
-async def bootstrap(settings: Settings, agent: Agent, *, caches: InstanceCaches | None = None) -> Worker:
-    """Open storage over one set of instance caches and build the engine over both.
+async def bootstrap(settings: Settings, agent: Agent, *, caches: InstanceCaches | None = None,
+                    created: CreatedLocations | None = None) -> Worker:
+    """Open storage over one set of instance caches and build the engine over both. ``created``: the
+    storage locations whose tables and containers this process created already (see
+    :func:`~resilient.storage.factory.open_storage`).
 
     The storage SDKs load here, at the first activity or request, not when a new worker indexes the app."""
     from resilient.storage.factory import open_storage
 
     caches = caches if caches is not None else InstanceCaches()
-    storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept)
+    storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept,
+                                 created=created)
     return Worker(storage, Engine(storage, agent, settings, caches=caches), caches)

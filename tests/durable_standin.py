@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from resilient.engine import chainlock, unstored
+from resilient.engine import orchestration_terms as terms
 from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine
 
@@ -199,7 +200,7 @@ class Durable:
             inst.status = status
 
     def entity_state(self, chain_id: str) -> chainlock.ChainState:
-        return chainlock.coerce_state(self.entities.get(f"{orch.CHAIN_LOCK_ENTITY}@{chain_id}"), chain_id)
+        return chainlock.coerce_state(self.entities.get(f"{terms.CHAIN_LOCK_ENTITY}@{chain_id}"), chain_id)
 
     async def wait(self, instance_id: str, timeout: float) -> Any:
         """The output of the instance's current execution (waits for a restarted one too)."""
@@ -331,26 +332,26 @@ class Durable:
 
     async def _run(self, name: str, rid: str, args: dict[str, Any]) -> Any:
         engine = self.engine
-        if name == orch.RUN_PHASE:
+        if name == terms.RUN_PHASE:
             if args.get("plan"):
                 self.plan_order.append(rid)
             position = args.get("position")  # an open plan's step: where its items start
             return await engine.run_phase(rid, int(args["index"]), finalize=bool(args.get("finalize", False)),
                                           plan=bool(args.get("plan", False)),
                                           position=int(position) if position is not None else None)
-        if name == orch.FINALIZE:
+        if name == terms.FINALIZE:
             return await engine.finalize(rid, args)
-        if name == orch.MARK_QUEUED:
+        if name == terms.MARK_QUEUED:
             return await engine.mark_queued(rid)
-        if name == orch.INSPECT:  # as the binding does: an unfinished run also gets a repair check
+        if name == terms.INSPECT:  # as the binding does: an unfinished run also gets a repair check
             verdict = await engine.inspect(rid)
             if not verdict["over"] and self.repairer is not None:
                 await self.repairer.nudge(rid)
             return verdict
-        if name == orch.WAKE_NEXT:
-            await self.raise_event(rid, orch.LOCK_GRANTED_EVENT, {"granted": True})
+        if name == terms.WAKE_NEXT:
+            await self.raise_event(rid, terms.LOCK_GRANTED_EVENT, {"granted": True})
             return {"woken": rid}
-        if name == orch.FORGET:  # store=false (the binding also purges the history, which this keeps none of)
+        if name == terms.FORGET:  # store=false (the binding also purges the history, which this keeps none of)
             await unstored.forget(engine.storage, rid)
             return {"forgotten": True}
         raise AssertionError(f"unknown activity {name}")

@@ -99,7 +99,7 @@ class Engine:
         self.settings = settings
         self.tuning = tuning or Tuning.from_settings(settings)
         self.liveness = Liveness()
-        self.caches = caches if caches is not None else InstanceCaches()  # this process's memory of runs
+        self.caches = caches if caches is not None else InstanceCaches.sharing(storage)  # this process's memory of runs
         self.runs = self.caches.runs
 
     def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:

@@ -32,9 +32,9 @@ from typing import Protocol
 
 from resilient.agents.base import PhaseContext
 from resilient.settings import Settings
-from resilient.storage.controls import CONTROLS, ControlBoard
+from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import StorageUnavailable
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import Control, JsonDict, ResponseStore
 
 log = logging.getLogger("resilient.engine")
@@ -58,7 +58,7 @@ def load_factor(load: CommittedFeed) -> float:
 NEXT_ACTIVITY_EXPECTED_S = 5.0
 
 
-def expect_next_activity(response_id: str, feed: CommittedFeed = COMMITTED) -> None:
+def expect_next_activity(response_id: str, feed: CommittedFeed) -> None:
     """Tell readers here that the run's next activity will probably append in this process soon."""
     feed.expect(response_id, NEXT_ACTIVITY_EXPECTED_S * load_factor(feed))
 
@@ -98,7 +98,7 @@ class Appender:
     (lost ownership, storage down) is raised from the next :meth:`add` or from :meth:`finish`.
     """
 
-    def __init__(self, writer: AppendTarget, tuning: Tuning, *, load: CommittedFeed = COMMITTED) -> None:
+    def __init__(self, writer: AppendTarget, tuning: Tuning, *, load: CommittedFeed) -> None:
         self._writer = writer
         self._window = max(0.0, tuning.flush_interval_s)
         self._load = load
@@ -177,7 +177,7 @@ class ControlPoller:
     """
 
     def __init__(self, responses: ResponseStore, response_id: str, context: PhaseContext, interval_s: float,
-                 *, load: CommittedFeed = COMMITTED, controls: ControlBoard = CONTROLS) -> None:
+                 *, load: CommittedFeed, controls: ControlBoard) -> None:
         self._responses = responses
         self._rid = response_id
         self._context = context

@@ -20,6 +20,10 @@ for how long, and why that is still correct:
   polls storage for what other instances write, and a remembered log is a true prefix of the stored log
   (any block not seen here forgets it; a row check on every reconnect sees deletions elsewhere), served for
   a bounded time. The "writing here / expected here" marks only pace readers; a wrong one costs latency.
+* ``nudges`` (:class:`~resilient.engine.repair.Throttle`): when a client's read here last made this process
+  check a response's orchestration. Other instances keep their own, so a run is checked on demand at most
+  once per check interval per instance; a check reads storage and Durable and changes nothing when the run
+  is alive, so a second check elsewhere costs only its reads.
 
 A worker that dies takes all of it with it: its successor reads storage, as any other instance does.
 """
@@ -27,31 +31,45 @@ A worker that dies takes all of it with it: its successor reads storage, as any 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from resilient.engine.batching import expect_next_activity, load_factor
+from resilient.engine.repair import Throttle
 from resilient.engine.runmemo import RunMemory
 from resilient.engine.shutdown import Shutdown
+from resilient.engine.unstored import Detached
 from resilient.protocol import events as ev
-from resilient.storage.controls import CONTROLS, ControlBoard
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.controls import ControlBoard
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.kept import KeptWriters
 from resilient.storage.ports import CommittedBlock
+
+if TYPE_CHECKING:
+    from resilient.storage.factory import Storage
 
 
 @dataclass
 class InstanceCaches:
     """The process-local caches of one worker (see the module doc for what each may see stale).
 
-    The feed and the control board default to the process's module-level ones, which storage opened
-    without this object reports to; the run memo and the kept writers are per object. The wiring
-    (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and hands it to storage,
-    the engine and the service alike."""
+    Each object owns all of them; nothing is kept at module level. The wiring
+    (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and hands it to storage (the
+    feed, the control board and the kept writers, which storage reports to), the engine and the service
+    alike. :meth:`sharing` builds one over storage opened elsewhere: another engine or service of the same
+    process, with its own run memo."""
 
-    feed: CommittedFeed = COMMITTED
-    controls: ControlBoard = CONTROLS
+    feed: CommittedFeed = field(default_factory=CommittedFeed)
+    controls: ControlBoard = field(default_factory=ControlBoard)
     runs: RunMemory = field(default_factory=RunMemory)
     kept: KeptWriters = field(default_factory=KeptWriters)
     shutdown: Shutdown = field(default_factory=Shutdown)  # SIGTERM: running steps stop and run elsewhere
+    nudges: Throttle = field(default_factory=Throttle)  # on-demand repair checks made here
+    detached: Detached = field(default_factory=Detached)  # background work started here, kept referenced
+
+    @classmethod
+    def sharing(cls, storage: Storage) -> InstanceCaches:
+        """Caches over the feed and the control board ``storage`` reports to (the rest new)."""
+        return cls(feed=storage.feed, controls=storage.controls)
 
     def load_factor(self) -> float:
         """How much time-based paces stretch in this process (see :func:`resilient.engine.batching.load_factor`)."""

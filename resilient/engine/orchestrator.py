@@ -4,7 +4,9 @@ It is a plain generator over a Durable orchestration context and does no I/O, re
 random ids: everything that touches the world is an activity, so a replay takes the same path.
 
 What goes into history is small on purpose (ids, indexes, status words): items and events live in
-storage, never in orchestration history.
+storage, never in orchestration history. Those words (activity, entity and event names, input and result
+keys) are in :mod:`resilient.engine.orchestration_terms`; a chained turn's wait for its chain's lock is in
+:mod:`resilient.engine.turnqueue`; this module is the run's control flow and its failure policy.
 
 Flow::
 
@@ -57,12 +59,32 @@ the agent's error. A turn that ends with function calls or an approval request c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from resilient.engine.failures import is_worker_lost, reason_line
+from resilient.engine.orchestration_terms import (
+    CHAIN_LOCK_ENTITY,
+    CLIENT_DONE_EVENT,
+    FINAL_KEY,
+    FINALIZE,
+    FORGET,
+    FORGET_AFTER_KEY,
+    INSPECT,
+    ITEMS_KEY,
+    NOTHING_AHEAD_KEY,
+    OPEN_KEY,
+    OWNS_LOCK_KEY,
+    RUN_PHASE,
+    TERMINAL,
+    TRACE_PARENT_KEY,
+    WAKE_NEXT,
+    JsonDict,
+    outcome_of_stop,
+)
+from resilient.engine.turnqueue import take_lock
 
 # Orchestration versioning (host.json ``defaultVersion``, ``versionMatchStrategy: CurrentOrOlder``): the host
 # stamps new instances with this version, and a worker runs only instances of its version or older. So in a
@@ -72,34 +94,6 @@ from resilient.engine.failures import is_worker_lost, reason_line
 #   1.0 (or none: started before versioning) - fixed plans only
 #   2.0 - open plans: each step's result carries ``open``/``items``; the next step gets a ``position``
 ORCHESTRATION_VERSION = "2.0"
-
-RUN_PHASE = "run_phase"
-FINALIZE = "finalize_response"
-MARK_QUEUED = "mark_queued"
-WAKE_NEXT = "wake_next_turn"
-INSPECT = "inspect_response"
-FORGET = "forget_response"
-CHAIN_LOCK_ENTITY = "chain_lock"
-LOCK_GRANTED_EVENT = "lock_granted"
-CANCEL_EVENT = "cancel"
-CLIENT_DONE_EVENT = "client_done"
-FORGET_AFTER_KEY = "forget_after_seconds"  # in the input of a store=false run: the grace in seconds
-# In the input of a chained turn whose create found no unfinished turn ahead of it: a lock held by another
-# turn then most likely belongs to a finished one whose orchestration died before releasing it.
-NOTHING_AHEAD_KEY = "nothing_ahead"
-# In the input of a stored root turn (its chain is named by its own id): the chain's lock starts out held by
-# it (``chainlock.initial_state``), so it takes no lock and its first episode schedules the first phase. An
-# input flag rather than a rule on the ids: an execution started before this rule existed replays its
-# ``acquire`` as it was recorded.
-OWNS_LOCK_KEY = "owns_lock"
-FINAL_KEY = "final"  # in an outcome: the last phase already concluded the run (its finalize result)
-OPEN_KEY = "open"  # in a run_phase result: the plan is open (steps decided at run time; each may be the last)
-ITEMS_KEY = "items"  # in an open plan's step result: how many output items the step left
-# In the input of a traced run: the W3C trace context of the request that created it. Copied as is into every
-# activity's input (only when present, so an untraced run schedules exactly what it always did), so each
-# activity's span joins the run's trace (see resilient.telemetry.spans). Not a version change: the steps and
-# their order are the same, and an activity ignores an input key it does not know.
-TRACE_PARENT_KEY = "traceparent"
 
 # Ordinary failures (the activity raised): attempts per step, backoff 2 s, 4 s, 8 s, ...
 PHASE_ATTEMPTS = 3
@@ -118,36 +112,12 @@ MODEL_WAIT_CAP_SECONDS = 300.0
 MODEL_WAIT_BUDGET_SECONDS = 900.0
 MODEL_WAIT_MIN_SECONDS = 1.0
 
-TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete", "gone"})
-
-JsonDict = dict[str, Any]
-
-
 class WorkerLost(Exception):
     """The crash budget of a step or run is spent: the worker kept dying while running it."""
 
 
 def _failure(message: str) -> JsonDict:
     return {"status": "failed", "error": {"code": "server_error", "message": message[:500]}}
-
-
-def _stop_failed(result: JsonDict) -> JsonDict:
-    return {"status": "failed", "error": result.get("error") or {"code": "server_error", "message": "failed"}}
-
-
-# What a ``stop`` word in a plan/run_phase result means for the run. Unknown words end the run completed.
-STOP_OUTCOMES: dict[str, Callable[[JsonDict], JsonDict]] = {
-    "cancelled": lambda result: {"status": "cancelled"},
-    "steered": lambda result: {"status": "completed", "steered": True},
-    "paused": lambda result: {"status": "completed", "ended": "paused"},  # waits for an approval answer
-    "tool_calls": lambda result: {"status": "completed", "ended": "tool_calls"},  # waits for tool outputs
-    "failed": _stop_failed,
-}
-
-
-def outcome_of_stop(result: JsonDict) -> JsonDict:
-    handler = STOP_OUTCOMES.get(str(result.get("stop")))
-    return handler(result) if handler is not None else {"status": "completed"}
 
 
 @dataclass
@@ -244,66 +214,6 @@ class _Run:
         if self.lock is not None:
             removal = yield from self.entity("remove")
             yield from self.wake(removal)
-
-    def take_lock(self, nothing_ahead: bool = False) -> Generator[Any, Any, str]:
-        """Acquire the chain lock, waiting in the queue if another turn holds it.
-        Returns ``granted``, ``cancelled`` (a cancel came while queued) or ``failed``.
-
-        ``nothing_ahead``: the create saw no unfinished turn on the chain, so a holder is most likely a
-        finished turn whose orchestration died after its finalize (the real host fails an orchestration
-        whose episode dies with the worker); it is inspected at once, not after the first recheck timer
-        (15 s during which the new turn would show ``queued`` behind nobody). A holder still running (a
-        turn created meanwhile) costs one inspection, and the turn waits as usual."""
-        answer = yield from self.entity("acquire")
-        if answer is None:
-            return "failed"
-        if answer.get("state") != "queued":
-            return "granted"
-        if nothing_ahead and (yield from self.free_if_over(answer)):
-            return "granted"
-        self.context.set_custom_status({"response_id": self.response_id, "state": "queued"})
-        yield from self.try_call(MARK_QUEUED, {"response_id": self.response_id})
-        # Created once and re-used by every round: a second waiter for the same event would split the events.
-        granted = self.context.wait_for_external_event(LOCK_GRANTED_EVENT)
-        cancelled = self.context.wait_for_external_event(CANCEL_EVENT)
-        rounds = 0
-        while True:
-            recheck = self.timer(LOCK_RECHECK_SECONDS[min(rounds, len(LOCK_RECHECK_SECONDS) - 1)])
-            winner = yield self.context.task_any([granted, cancelled, recheck])
-            if winner is not recheck:
-                if not recheck.is_completed:  # both may land in one episode; cancelling a fired timer raises
-                    recheck.cancel()
-                return "granted" if winner is granted else "cancelled"
-            rounds += 1
-            if (yield from self.recheck_lock()):
-                return "granted"
-
-    def recheck_lock(self) -> Generator[Any, Any, bool]:
-        """No grant came for a while. Ask again (``acquire`` is idempotent: a grant whose event was lost
-        answers ``granted`` now); if the holder's run is over but it never released (its orchestration died
-        after finalize), release on its behalf. True when the lock is ours."""
-        answer = yield from self.entity("acquire")
-        if answer is None:
-            return False
-        if answer.get("state") == "granted":
-            return True
-        return (yield from self.free_if_over(answer))
-
-    def free_if_over(self, answer: JsonDict) -> Generator[Any, Any, bool]:
-        """A queued ``acquire`` answer names the holder: if its run is over, release on its behalf and hand
-        the lock on. True when it comes to this turn."""
-        holder = answer.get("active")
-        if not holder or holder == self.response_id:
-            return False
-        verdict = yield from self.try_call(INSPECT, {"response_id": str(holder)})
-        if not (verdict and verdict.get("over")):
-            return False
-        released = yield from self.entity("release", str(holder))  # a no-op if the holder released meanwhile
-        next_id = released.get("next") if released else None
-        if next_id == self.response_id:
-            return True
-        yield from self.wake(released)
-        return False
 
     def run_phase(self, index: int, *, plan: bool = False, last: bool = False,
                   position: int | None = None) -> Generator[Any, Any, JsonDict]:
@@ -411,7 +321,7 @@ def _respond(run: _Run, args: JsonDict) -> Generator[Any, Any, JsonDict]:
             return final
 
     if run.lock is not None and not args.get(OWNS_LOCK_KEY):
-        got = yield from run.take_lock(nothing_ahead=bool(args.get(NOTHING_AHEAD_KEY)))
+        got = yield from take_lock(run, LOCK_RECHECK_SECONDS, nothing_ahead=bool(args.get(NOTHING_AHEAD_KEY)))
         if got == "cancelled":
             # S4: leave the queue; the running turn is untouched. A grant that raced the cancel is
             # handed on by the entity's remove operation (it answers with the next turn to wake).

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine.logtail import log_ended
-from resilient.engine.orchestrator import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
+from resilient.engine.orchestration_terms import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
 from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics
@@ -132,21 +132,18 @@ class Throttle:
         return True
 
 
-NUDGES = Throttle()
-
-
 class Repairer:
     """Checks unfinished responses against their orchestration and resumes the ones that died."""
 
     def __init__(self, storage: Storage, durable: DurableControl, finalize: Finalizer,
-                 policy: RepairPolicy | None = None, *, clock: Callable[[], float] = time.time,
-                 throttle: Throttle | None = None) -> None:
+                 policy: RepairPolicy | None = None, *, throttle: Throttle,
+                 clock: Callable[[], float] = time.time) -> None:
         self.storage = storage
         self.durable = durable
         self.finalize = finalize
         self.policy = policy or RepairPolicy()
         self.clock = clock
-        self.throttle = NUDGES if throttle is None else throttle
+        self.throttle = throttle  # the worker's (InstanceCaches.nudges): one check per interval per process
 
     # ----------------------------------------------------------------------------------- entry points
     async def nudge(self, response_id: str) -> Verdict | None:

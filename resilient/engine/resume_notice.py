@@ -9,7 +9,6 @@ they are old enough. This line says so, once per worker process, and only when t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 from resilient.storage.ports import ActiveEntry
 
 if TYPE_CHECKING:
+    from resilient.engine.unstored import Detached
     from resilient.settings import Settings
     from resilient.storage.factory import Storage
 
@@ -26,8 +26,6 @@ log = logging.getLogger("resilient.repair")
 
 SWEEP_SECOND = 30  # the repair timer's schedule, "30 * * * * *" (resilient/functions/maintenance.py)
 SCAN_LIMIT = 5000  # as many as one sweep lists
-_announced = False
-_tasks: set[asyncio.Task[None]] = set()
 
 
 def _clock(epoch_seconds: float) -> str:
@@ -62,12 +60,9 @@ async def announce(storage: Storage, settings: Settings, now: float) -> str | No
     return line
 
 
-def announce_once(storage: Storage, settings: Settings, now: float) -> None:
-    """Detached, once per process: start-up must not wait for it, and a failure only costs the line."""
-    global _announced
-    if _announced:
-        return
-    _announced = True
+def announce_detached(storage: Storage, settings: Settings, now: float, detached: Detached) -> None:
+    """Detached: start-up must not wait for it, and a failure only costs the line. Called once per
+    process, by the first worker's wiring (:func:`resilient.functions.runtime.worker`)."""
 
     async def run() -> None:
         try:
@@ -75,6 +70,4 @@ def announce_once(storage: Storage, settings: Settings, now: float) -> None:
         except Exception:
             log.debug("could not list unfinished runs at start-up", exc_info=True)
 
-    task = asyncio.ensure_future(run())
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
+    detached.start(run(), "start-up notice")

@@ -42,7 +42,6 @@ PURGE_WAIT_SECONDS = 120.0
 PURGE_POLL_SECONDS = (0.05, 1.0)
 ABANDON_CAS_ATTEMPTS = 20
 
-_detached: set[asyncio.Task[Any]] = set()
 
 
 async def forget(storage: Storage, response_id: str) -> None:
@@ -78,28 +77,34 @@ class _GaveUp(Exception):
     """Every CAS of :func:`abandon` lost: leave the run alone, as before a retry loop ran out."""
 
 
-def detach(work: Coroutine[Any, Any, object], what: str) -> None:
-    """Run ``work`` on this worker's event loop after the current invocation (or stream) has ended.
+class Detached:
+    """A worker's background work: what runs after the current invocation (or stream) has ended.
 
     Used where the caller cannot await: a stream whose client went away is being cancelled, and an
-    activity cannot purge the orchestration that is waiting for it. The task is kept referenced until
-    it finishes and its failure is logged; what it does must be repeatable by a later, durable path."""
+    activity cannot purge the orchestration that is waiting for it. Each task is kept referenced until
+    it finishes (the event loop keeps only weak references) and its failure is logged; what it does must
+    be repeatable by a later, durable path. One per worker (:class:`~resilient.engine.instance.InstanceCaches`)."""
 
-    async def guarded() -> None:
-        try:
-            await work
-        except Exception:
-            log.exception("detached %s failed", what)
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    task = asyncio.get_running_loop().create_task(guarded())
-    _detached.add(task)
-    task.add_done_callback(_detached.discard)
+    def start(self, work: Coroutine[Any, Any, object], what: str) -> None:
+        """Run ``work`` on the running event loop, detached."""
 
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("detached %s failed", what)
 
-async def wait_detached() -> None:
-    """Wait for the detached work of this process (tests, and a graceful shutdown)."""
-    while _detached:
-        await asyncio.gather(*list(_detached), return_exceptions=True)
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self) -> None:
+        """Wait for the detached work started here (tests, and a graceful shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
 class HistoryPort(Protocol):

@@ -49,4 +49,4 @@ def repairer(client: DurableClient, engine: Engine) -> Repairer:
     settings = engine.settings
     policy = RepairPolicy(missing_grace_seconds=settings.repair_grace_seconds,
                           check_interval_seconds=settings.repair_check_seconds)
-    return Repairer(engine.storage, ClientRuntime(client), engine.finalize, policy)
+    return Repairer(engine.storage, ClientRuntime(client), engine.finalize, policy, throttle=engine.caches.nudges)

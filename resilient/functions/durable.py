@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from resilient.engine import chainlock, orchestrator, unstored
+from resilient.engine import orchestration_terms as terms
 from resilient.functions import runtime
 from resilient.functions.client import repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
@@ -39,7 +40,7 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
     def responses_orchestrator(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
         return (yield from orchestrator.response_orchestrator(context))
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.RUN_PHASE)
+    @bp.activity_trigger(input_name="payload", activity=terms.RUN_PHASE)
     async def run_phase(payload: Any) -> dict[str, Any]:
         args = _args(payload)
         return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]),
@@ -48,53 +49,54 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
                                                         position=_position(args),
                                                         traceparent=args.get(TRACE_PARENT_KEY))
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.FINALIZE)
+    @bp.activity_trigger(input_name="payload", activity=terms.FINALIZE)
     async def finalize_response(payload: Any) -> dict[str, Any]:
         args = _args(payload)
         traceparent = args.pop(TRACE_PARENT_KEY, None)
         return await (await runtime.engine()).finalize(str(args["response_id"]), args, traceparent=traceparent)
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.MARK_QUEUED)
+    @bp.activity_trigger(input_name="payload", activity=terms.MARK_QUEUED)
     async def mark_queued(payload: Any) -> dict[str, Any]:
         args = _args(payload)
-        with _span(orchestrator.MARK_QUEUED, args):
+        with _span(terms.MARK_QUEUED, args):
             return await (await runtime.engine()).mark_queued(str(args["response_id"]))
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.INSPECT)
+    @bp.activity_trigger(input_name="payload", activity=terms.INSPECT)
     @bp.durable_client_input(client_name="client")
     async def inspect_response(payload: Any, client: str) -> dict[str, Any]:
         """Whether a response's run is over. If it is not, the repair path also checks (throttled) that its
         orchestration is alive: a queued turn inspecting the lock holder thus restarts a dead holder."""
         args = _args(payload)
-        with _span(orchestrator.INSPECT, args):
+        with _span(terms.INSPECT, args):
             engine = await runtime.engine()
             verdict = await engine.inspect(str(args["response_id"]))
             if not verdict.get("over"):
                 await repairer(DurableClient(client), engine).nudge(str(args["response_id"]))
             return verdict
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.WAKE_NEXT)
+    @bp.activity_trigger(input_name="payload", activity=terms.WAKE_NEXT)
     @bp.durable_client_input(client_name="client")
     async def wake_next_turn(payload: Any, client: str) -> dict[str, Any]:
         args = _args(payload)
         next_id = str(args["response_id"])
-        with _span(orchestrator.WAKE_NEXT, args):
-            await DurableClient(client).get().raise_event(next_id, orchestrator.LOCK_GRANTED_EVENT, {"granted": True})
+        with _span(terms.WAKE_NEXT, args):
+            await DurableClient(client).get().raise_event(next_id, terms.LOCK_GRANTED_EVENT, {"granted": True})
         return {"woken": next_id}
 
-    @bp.activity_trigger(input_name="payload", activity=orchestrator.FORGET)
+    @bp.activity_trigger(input_name="payload", activity=terms.FORGET)
     @bp.durable_client_input(client_name="client")
     async def forget_response(payload: Any, client: str) -> dict[str, Any]:
         """store=false: delete the response's data now, and this orchestration's history once it ends."""
         args = _args(payload)
         response_id = str(args["response_id"])
-        with _span(orchestrator.FORGET, args):
-            await unstored.forget((await runtime.engine()).storage, response_id)
+        with _span(terms.FORGET, args):
+            engine = await runtime.engine()
+            await unstored.forget(engine.storage, response_id)
         history = ClientHistory(DurableClient(client))
-        unstored.detach(unstored.purge_history_when_done(history, response_id), "history purge")
+        engine.caches.detached.start(unstored.purge_history_when_done(history, response_id), "history purge")
         return {"forgotten": True}
 
-    @bp.entity_trigger(context_name="context", entity_name=orchestrator.CHAIN_LOCK_ENTITY)
+    @bp.entity_trigger(context_name="context", entity_name=terms.CHAIN_LOCK_ENTITY)
     def chain_lock(context: df.DurableEntityContext) -> None:
         state = chainlock.coerce_state(context.get_state(), context.entity_key)  # None: the initial state
         new_state, answer = chainlock.apply(context.operation_name or "", state, context.get_input())

@@ -1,4 +1,6 @@
-"""Per-process singletons the bindings share: the worker (settings, storage, caches, engine) per event loop.
+"""Per-process state the bindings share: the worker (settings, storage, caches, engine) per event loop, and
+the storage locations whose tables and containers this process created. The Functions host imports the app
+once per process and gives it nowhere else to keep them; everything a worker caches lives in its worker.
 
 Why lazy: the Functions worker imports ``function_app.py`` during indexing, before any app setting may
 be usable, and indexing must not touch storage. The first activity or request opens storage once per
@@ -22,12 +24,13 @@ from resilient.settings import Settings
 from resilient.telemetry import setup as telemetry
 
 if TYPE_CHECKING:
-    from resilient.storage.factory import Storage
+    from resilient.storage.factory import CreatedLocations, Storage
 
 AgentFactory = Callable[[Settings], Agent]
 
 _agent_factory: AgentFactory | None = None
 _workers: dict[int, Worker] = {}
+_created: CreatedLocations = set()  # storage locations created here: a new worker's open skips them
 _lock = asyncio.Lock()
 
 
@@ -61,9 +64,10 @@ async def worker() -> Worker:
             if _agent_factory is None:
                 raise RuntimeError("resilient.functions.runtime.configure(agent_factory) was not called")
             settings = Settings.from_env()
-            found = await bootstrap(settings, _agent_factory(settings))  # the storage SDKs load here
+            found = await bootstrap(settings, _agent_factory(settings), created=_created)  # storage SDKs load here
+            if not _workers:  # the process's first worker: one line, if runs resume
+                resume_notice.announce_detached(found.engine.storage, settings, time.time(), found.caches.detached)
             _workers[key] = found
-            resume_notice.announce_once(found.engine.storage, settings, time.time())  # one line, if runs resume
             # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
             found.engine.caches.shutdown.install(asyncio.get_running_loop())
     return found

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine import lifecycle, unstored
-from resilient.engine import orchestrator as orch
+from resilient.engine import orchestration_terms as terms
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.logtail import log_ended
 from resilient.engine.repair import DurableControl, Repairer
@@ -62,7 +62,7 @@ class ResponseReader:
         self.runtime = runtime
         self.settings = settings
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
-        self.caches = caches if caches is not None else InstanceCaches()  # what this process knows of runs
+        self.caches = caches if caches is not None else InstanceCaches.sharing(storage)  # what this process knows
 
     async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
@@ -114,11 +114,11 @@ class ResponseReader:
                 log.info("store=false client gone before the end", extra={"response_id": response_id})
                 await unstored.abandon(self.storage, response_id)
             try:
-                await self.runtime.raise_event(response_id, orch.CLIENT_DONE_EVENT, {"delivered": delivered})
+                await self.runtime.raise_event(response_id, terms.CLIENT_DONE_EVENT, {"delivered": delivered})
             except Exception:  # the run already forgot it after its grace period: nothing left to tell
                 log.info("client_done not delivered", extra={"response_id": response_id})
 
-        unstored.detach(report(), "client_done")
+        self.caches.detached.start(report(), "client_done")
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:

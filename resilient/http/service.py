@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from resilient.engine import lifecycle, turns
-from resilient.engine import orchestrator as orch
+from resilient.engine import orchestration_terms as terms
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.lifecycle import (
     CANCEL_POLL_SECONDS,
@@ -153,7 +153,7 @@ class ResponsesService(ResponseReader):
         if continuation.resume is not None:
             doc["resume"] = continuation.resume
         if not request.store:
-            doc[orch.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
+            doc[terms.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
         # Independent writes, issued together: nothing runs the response until the orchestration starts,
         # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
         draft = ResponseRecord(response_id, "queued", doc, etag="")
@@ -172,11 +172,11 @@ class ResponsesService(ResponseReader):
         )
         run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
         if owns_lock:
-            run_input[orch.OWNS_LOCK_KEY] = True
+            run_input[terms.OWNS_LOCK_KEY] = True
         elif chain_id is not None and not turns_ahead:
-            run_input[orch.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
+            run_input[terms.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
         if not request.store:  # in the row too: a repaired execution must still delete itself at its end
-            run_input[orch.FORGET_AFTER_KEY] = doc[orch.FORGET_AFTER_KEY]
+            run_input[terms.FORGET_AFTER_KEY] = doc[terms.FORGET_AFTER_KEY]
         spans.describe_run(run_input, response_id, chain_id)  # the run joins this request's trace, if any
         self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
         created = writer.last_committed  # a stream of this create starts from it, not from a storage read
@@ -236,7 +236,7 @@ class ResponsesService(ResponseReader):
 
         async def wake() -> None:  # a queued turn waits for its chain lock; a running phase sees the flag
             try:
-                await self.runtime.raise_event(response_id, orch.CANCEL_EVENT, {"cancel": True})
+                await self.runtime.raise_event(response_id, terms.CANCEL_EVENT, {"cancel": True})
             except Exception:
                 log.warning("cancel event not delivered (the flag still stops the run)",
                             extra={"response_id": response_id})

@@ -5,13 +5,13 @@ this, so a client only ever sees what a reconnect would see (R1) and a reconnect
 after N (R2).
 
 Where events come from: the first read is always from storage. After that, blocks that a writer in this
-process committed arrive through :data:`~resilient.storage.feed.COMMITTED` (no storage round trip per
-frame); storage is read again whenever they do not continue exactly where this reader stopped, and
-polled for writers in other processes. Polling backs off while the log is idle (each poll is a billed
-storage call), snaps back to a short interval as soon as events flow, and is only a slow safety net while
-a phase of this response streams, or is expected, in this process. Under load (the process's load factor,
-up to 4×) these paces stretch, except the shortest: a run lasts longer then, and fixed paces would read
-storage more often per event just when the process has the least CPU to spare.
+process committed arrive through the worker's :class:`~resilient.storage.feed.CommittedFeed` (``feed``,
+no storage round trip per frame); storage is read again whenever they do not continue exactly where this
+reader stopped, and polled for writers in other processes. Polling backs off while the log is idle (each
+poll is a billed storage call), snaps back to a short interval as soon as events flow, and is only a slow
+safety net while a phase of this response streams, or is expected, in this process. Under load (the
+process's load factor, up to 4×) these paces stretch, except the shortest: a run lasts longer then, and
+fixed paces would read storage more often per event just when the process has the least CPU to spare.
 
 Every read's frames are sent as one chunk (one socket write), not one write per frame.
 """
@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
 from resilient.storage.errors import NotFound, StorageUnavailable
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import CommittedBlock, EventLog, ReadCursor, ReadResult, StoredEvent
 
 log = logging.getLogger("resilient.http")
@@ -83,6 +83,7 @@ async def tail_events(
     response_id: str,
     starting_after: int,
     *,
+    feed: CommittedFeed,
     keepalive_seconds: float | None = 15.0,
     poll_min: float = POLL_MIN_SECONDS,
     poll_max: float = POLL_MAX_SECONDS,
@@ -90,7 +91,6 @@ async def tail_events(
     poll_while_expected: float = POLL_WHILE_EXPECTED_SECONDS,
     finished: Callable[[], Awaitable[bool]] | None = None,
     finished_check_seconds: float = 2.0,
-    feed: CommittedFeed = COMMITTED,
     start: CommittedBlock | None = None,
     first_read: asyncio.Future[ReadResult] | None = None,
     widen: Callable[[], float] | None = None,

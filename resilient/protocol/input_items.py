@@ -1,17 +1,28 @@
 """The ``input`` of a ``POST /responses`` body: messages (with text parts), ``function_call_output`` and
-``mcp_approval_response`` items, each checked with an exact ``param`` path, and their normalisation into
-stored items (the input-items listing's shape)."""
+``mcp_approval_response`` items, as pydantic models (a discriminated union on ``type``; a message may omit
+it), and their normalisation into stored items (the input-items listing's shape)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+)
 
 from resilient.ids import InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol.items import (
+    ItemStatus,
     MessageRole,
     approval_response_item,
     function_call_output_item,
@@ -19,222 +30,168 @@ from resilient.protocol.items import (
     output_message,
     output_text_part,
 )
-from resilient.protocol.request_errors import (
-    _fail_missing,
-    _fail_type,
-    _fail_unknown,
-    _fail_value,
-    _key,
-)
+from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error, type_tag
 
-if TYPE_CHECKING:
-    from resilient.protocol.request import CreateResponseRequest
-
-_ROLES: tuple[str, ...] = ("user", "system", "developer", "assistant")
-_MESSAGE_KEYS: frozenset[str] = frozenset({"type", "role", "content", "id", "status", "phase"})
-_PART_KEYS: dict[str, frozenset[str]] = {
-    "input_text": frozenset({"type", "text", "prompt_cache_breakpoint"}),
-    "output_text": frozenset({"type", "text", "annotations", "logprobs"}),
-}
-_ITEM_STATUSES: tuple[str, ...] = ("in_progress", "completed", "incomplete")
-_PHASES: tuple[str, ...] = ("commentary", "final_answer")
-_FUNCTION_OUTPUT_KEYS: frozenset[str] = frozenset({"type", "call_id", "output", "id", "status"})
-_APPROVAL_RESPONSE_KEYS: frozenset[str] = frozenset({"type", "approval_request_id", "approve", "reason", "id"})
-_INPUT_ITEM_TYPES: tuple[str, ...] = ("message", "function_call_output", "mcp_approval_response")
+_STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
+_ROLES: tuple[MessageRole, ...] = ("user", "system", "developer", "assistant")
+# Accepted on input items and ignored (the stored item gets its own id and status).
+_STATUS = one_of(("in_progress", "completed", "incomplete"))
+_PHASE = one_of(("commentary", "final_answer"))
 
 
-class TextPart(BaseModel):
-    """One text content part of an input message, after normalization."""
+def _item_id(value: str) -> str:
+    try:
+        return validate_id(value, param="id")
+    except InvalidId:
+        fail_value_here(f"{errors.echo(value)}. Expected 1-128 characters of [A-Za-z0-9_-].")
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    type: Literal["input_text", "output_text"]
+ItemId = Annotated[str, AfterValidator(_item_id)]
+
+
+class CacheBreakpoint(BaseModel):
+    """An input part's ``prompt_cache_breakpoint`` (accepted and ignored)."""
+
+    model_config = _STRICT
+
+    mode: Annotated[Literal["explicit"], one_of(("explicit",), quoted=True)]
+    ttl: Annotated[Literal["30m", "12h"] | None, one_of(("30m", "12h"), quoted=True)] = None
+
+
+class InputTextPart(BaseModel):
+    """An ``input_text`` part (of a user, system or developer message, or of a function call's output)."""
+
+    model_config = _STRICT
+
+    type: Literal["input_text"] = "input_text"
+    # Accepted and ignored; it may be absent but not null (the OpenAI API's type), so None is only a default.
+    prompt_cache_breakpoint: CacheBreakpoint = None  # type: ignore[assignment]
     text: str
 
 
+class OutputTextPart(BaseModel):
+    """An ``output_text`` part of an assistant message (``annotations`` and ``logprobs`` are ignored)."""
+
+    model_config = _STRICT
+
+    type: Literal["output_text"] = "output_text"
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+    text: str
+
+
+TextPart = Annotated[InputTextPart | OutputTextPart, Field(discriminator="type")]
+
+
+def _parts_for(role: str) -> TypeAdapter[list[TextPart]]:
+    """The content parts a message of ``role`` may hold: a discriminated union on ``type`` that admits only
+    the role's part type (assistant history is ``output_text``, every other role ``input_text``)."""
+    allowed = "output_text" if role == "assistant" else "input_text"
+
+    def tag(value: Any) -> object:
+        kind = type_tag(value, allowed)
+        return kind if kind == allowed else None
+
+    part: Any = Annotated[
+        Annotated[InputTextPart, Tag("input_text")] | Annotated[OutputTextPart, Tag("output_text")],
+        Discriminator(tag, custom_error_type="api_tag", custom_error_message="unsupported part type",
+                      custom_error_context=tag_error(errors.CODE_INVALID_VALUE, "Invalid value for", f": {{value}}. "
+                                                     f"Supported values for role '{role}' are: '{allowed}'.",
+                                                     missing="absent or null")),
+    ]
+    return TypeAdapter(list[part])  # type: ignore[valid-type]
+
+
+_PARTS: dict[str, TypeAdapter[list[TextPart]]] = {role: _parts_for(role) for role in _ROLES}
+
+
 class InputMessage(BaseModel):
-    """One input message, normalized: ``content`` is always a list of parts."""
+    """One input message; ``content`` is always a list of parts (a string becomes one part)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    role: MessageRole
+    type: Literal["message"] = "message"
+    id: str | None = None
+    status: Annotated[ItemStatus, _STATUS] | None = None
+    phase: Annotated[Literal["commentary", "final_answer"], _PHASE] | None = None
+    role: Annotated[MessageRole, one_of(_ROLES, strings_only=True)]
     content: list[TextPart]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, value: object, info: ValidationInfo) -> object:
+        # Which part type is allowed depends on the role, a sibling field a discriminator cannot see.
+        role = info.data.get("role")
+        if role is None:  # the role's own error is reported first
+            return value
+        if isinstance(value, str):
+            value = [{"type": "output_text" if role == "assistant" else "input_text", "text": value}]
+        elif not isinstance(value, list):
+            fail_type_here("a string or an array of content parts", value)
+        elif not value:
+            fail_value_here("expected a non-empty array of content parts.")
+        return _PARTS[role].validate_python(value, strict=True)
 
 
 class FunctionCallOutput(BaseModel):
-    """A ``function_call_output`` input item: the client's answer to a ``function_call``."""
+    """A ``function_call_output`` input item: the client's answer to a ``function_call``.
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    As in every model here, the field order is the order in which errors are reported (so a body with both
+    a bad ``output`` and a bad ``id`` or ``status`` is told about ``output``)."""
+
+    model_config = _STRICT
 
     type: Literal["function_call_output"] = "function_call_output"
-    call_id: str
+    call_id: ItemId
     output: str | list[TextPart]
+    id: str | None = None
+    status: Annotated[ItemStatus, _STATUS] | None = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _output(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list):
+            fail_type_here("a string or an array of input_text parts", value)
+        return _PARTS["user"].validate_python(value, strict=True)
 
 
 class ApprovalResponse(BaseModel):
     """An ``mcp_approval_response`` input item: a person's answer to an ``mcp_approval_request``."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = _STRICT
 
     type: Literal["mcp_approval_response"] = "mcp_approval_response"
-    approval_request_id: str
+    approval_request_id: ItemId
     approve: bool
     reason: str | None = None
+    id: str | None = None
 
 
-InputItem = InputMessage | FunctionCallOutput | ApprovalResponse
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("message")]
+    | Annotated[FunctionCallOutput, Tag("function_call_output")]
+    | Annotated[ApprovalResponse, Tag("mcp_approval_response")],
+    Discriminator(
+        lambda value: "message" if isinstance(value, dict) and "type" not in value else type_tag(value, "message"),
+        custom_error_type="api_tag",
+        custom_error_message="unsupported input item type",
+        custom_error_context=tag_error(errors.CODE_INVALID_VALUE, "Invalid value for", ": {value}. Supported values "
+                                       "are: message, function_call_output, mcp_approval_response."),
+    ),
+]
+INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 
 
-def _check_item_id(at: str, value: object) -> str:
-    if not isinstance(value, str):
-        _fail_type(at, "a string", value)
-    try:
-        return validate_id(value, param=at)
-    except InvalidId:
-        _fail_value(at, f"{errors.echo(value)}. Expected 1-128 characters of [A-Za-z0-9_-].")
+class HasInputItems(Protocol):
+    """What normalising needs of a request (``CreateResponseRequest``): its input as items."""
 
-
-def _parse_function_output(raw: dict[str, Any], at: str) -> FunctionCallOutput:
-    for key in raw:
-        if key not in _FUNCTION_OUTPUT_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if "call_id" not in raw:
-        _fail_missing(f"{at}.call_id")
-    call_id = _check_item_id(f"{at}.call_id", raw["call_id"])
-    if "output" not in raw:
-        _fail_missing(f"{at}.output")
-    output = raw["output"]
-    if raw.get("id") is not None and not isinstance(raw["id"], str):
-        _fail_type(f"{at}.id", "a string", raw["id"])
-    if raw.get("status") is not None and raw["status"] not in _ITEM_STATUSES:
-        _fail_value(f"{at}.status", f"{errors.echo(raw['status'])}. Supported values are: "
-                    f"{', '.join(_ITEM_STATUSES)}.")
-    if isinstance(output, str):
-        return FunctionCallOutput(call_id=call_id, output=output)
-    if not isinstance(output, list):
-        _fail_type(f"{at}.output", "a string or an array of input_text parts", output)
-    parts = [_parse_part(part, f"{at}.output[{j}]", "user") for j, part in enumerate(output)]
-    return FunctionCallOutput(call_id=call_id, output=parts)
-
-
-def _parse_approval_response(raw: dict[str, Any], at: str) -> ApprovalResponse:
-    for key in raw:
-        if key not in _APPROVAL_RESPONSE_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if "approval_request_id" not in raw:
-        _fail_missing(f"{at}.approval_request_id")
-    request_id = _check_item_id(f"{at}.approval_request_id", raw["approval_request_id"])
-    if "approve" not in raw:
-        _fail_missing(f"{at}.approve")
-    if not isinstance(raw["approve"], bool):
-        _fail_type(f"{at}.approve", "a boolean", raw["approve"])
-    reason = raw.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        _fail_type(f"{at}.reason", "a string", reason)
-    if raw.get("id") is not None and not isinstance(raw["id"], str):
-        _fail_type(f"{at}.id", "a string", raw["id"])
-    return ApprovalResponse(approval_request_id=request_id, approve=raw["approve"], reason=reason)
-
-
-def _parse_item(raw: object, at: str) -> InputItem:
-    if isinstance(raw, dict) and "type" in raw and raw["type"] != "message":
-        if raw["type"] == "function_call_output":
-            return _parse_function_output(raw, at)
-        if raw["type"] == "mcp_approval_response":
-            return _parse_approval_response(raw, at)
-        _fail_value(f"{at}.type", f"{errors.echo(raw['type'])}. Supported values are: {', '.join(_INPUT_ITEM_TYPES)}.")
-    return _parse_message(raw, at)
-
-
-def _parse_part(raw: object, at: str, role: str) -> TextPart:
-    if not isinstance(raw, dict):
-        _fail_type(at, "an object", raw)
-    part_type = raw.get("type")
-    if part_type is None:
-        _fail_missing(f"{at}.type")
-    allowed: Literal["input_text", "output_text"] = "output_text" if role == "assistant" else "input_text"
-    if part_type != allowed:
-        _fail_value(
-            f"{at}.type", f"{errors.echo(part_type)}. Supported values for role '{role}' are: '{allowed}'."
-        )
-    for key in raw:
-        if key not in _PART_KEYS[allowed]:
-            _fail_unknown(f"{at}.{_key(key)}")
-    _check_ignored_part_fields(raw, at)
-    if "text" not in raw:
-        _fail_missing(f"{at}.text")
-    text = raw["text"]
-    if not isinstance(text, str):
-        _fail_type(f"{at}.text", "a string", text)
-    return TextPart(type=allowed, text=text)
-
-
-def _check_ignored_part_fields(raw: dict[str, Any], at: str) -> None:
-    """The part fields that are accepted and ignored still have the OpenAI API's types, so a request the
-    server takes is one ``docs/openapi.yaml`` allows (and a typo inside them is not silently dropped)."""
-    for key in ("annotations", "logprobs"):
-        if key in raw and not isinstance(raw[key], list):
-            _fail_type(f"{at}.{key}", "an array", raw[key])
-    if "prompt_cache_breakpoint" not in raw:
-        return
-    breakpoint_, where = raw["prompt_cache_breakpoint"], f"{at}.prompt_cache_breakpoint"
-    if not isinstance(breakpoint_, dict):
-        _fail_type(where, "an object", breakpoint_)
-    for key in breakpoint_:
-        if key not in ("mode", "ttl"):
-            _fail_unknown(f"{where}.{_key(key)}")
-    if "mode" not in breakpoint_:
-        _fail_missing(f"{where}.mode")
-    if breakpoint_["mode"] != "explicit":
-        _fail_value(f"{where}.mode", f"{errors.echo(breakpoint_['mode'])}. Supported values are: 'explicit'.")
-    if "ttl" in breakpoint_ and breakpoint_["ttl"] not in ("30m", "12h"):
-        _fail_value(f"{where}.ttl", f"{errors.echo(breakpoint_['ttl'])}. Supported values are: '30m', '12h'.")
-
-
-def _parse_message(raw: object, at: str) -> InputMessage:
-    if not isinstance(raw, dict):
-        _fail_type(at, "an object", raw)
-    if "type" in raw and raw["type"] != "message":
-        _fail_value(f"{at}.type", f"{errors.echo(raw['type'])}. Supported values are: 'message'.")
-    for key in raw:
-        if key not in _MESSAGE_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if raw.get("id") is not None and not isinstance(raw["id"], str):
-        _fail_type(f"{at}.id", "a string", raw["id"])
-    if raw.get("status") is not None and raw["status"] not in _ITEM_STATUSES:
-        _fail_value(
-            f"{at}.status",
-            f"{errors.echo(raw['status'])}. Supported values are: {', '.join(_ITEM_STATUSES)}.",
-        )
-    if raw.get("phase") is not None and raw["phase"] not in _PHASES:
-        _fail_value(
-            f"{at}.phase", f"{errors.echo(raw['phase'])}. Supported values are: {', '.join(_PHASES)}."
-        )
-    if "role" not in raw:
-        _fail_missing(f"{at}.role")
-    role = raw["role"]
-    if not isinstance(role, str):
-        _fail_type(f"{at}.role", "a string", role)
-    if role not in _ROLES:
-        _fail_value(f"{at}.role", f"{errors.echo(role)}. Supported values are: {', '.join(_ROLES)}.")
-    if "content" not in raw:
-        _fail_missing(f"{at}.content")
-    content = raw["content"]
-    if isinstance(content, str):
-        part_type: Literal["input_text", "output_text"] = (
-            "output_text" if role == "assistant" else "input_text"
-        )
-        return InputMessage(role=cast(MessageRole, role), content=[TextPart(type=part_type, text=content)])
-    if not isinstance(content, list):
-        _fail_type(f"{at}.content", "a string or an array of content parts", content)
-    if not content:
-        _fail_value(f"{at}.content", "expected a non-empty array of content parts.")
-    parts = [_parse_part(part, f"{at}.content[{j}]", role) for j, part in enumerate(content)]
-    return InputMessage(role=cast(MessageRole, role), content=parts)
+    def items(self) -> list[InputItem]: ...
 
 
 def normalize_input_items(
-    req: CreateResponseRequest, new_id: Callable[[], str], typed_id: Callable[[str], str] | None = None
+    req: HasInputItems, new_id: Callable[[], str], typed_id: Callable[[str], str] | None = None
 ) -> list[dict[str, Any]]:
     """The request's input as stored items, in the input-items listing's shape, each with a new id
     (``typed_id``, when given, makes the ids of non-message items from their type, for the id prefix).

@@ -8,48 +8,62 @@ tool would change the answer), and ``input`` accepts messages, ``function_call_o
 ``mcp_approval_response`` items. Whether a ``call_id`` or an ``approval_request_id`` was really issued on
 the chain needs storage: ``resilient/http/continuation.py`` checks that.
 
-The model is strict (no ``"true"`` → ``True`` coercion) and frozen. Rules that pydantic cannot express
-with an exact param (input items, ids, metadata limits, cross-field rules) raise
-``PydanticCustomError("api_error", ..., {"param", "code", "message"})`` from validators, so
-``CreateResponseRequest.model_validate`` enforces everything on its own and :func:`parse_create_request`
-only translates the first error into an :class:`ApiError`.
+The model is strict (no ``"true"`` → ``True`` coercion) and frozen. Input items, their content parts,
+tools and ``tool_choice`` are pydantic models in discriminated unions on ``type`` (a message may omit
+it), each strict with unknown keys forbidden; pydantic's own errors are translated into the API's
+messages. Rules that pydantic cannot express with an exact message (ids, metadata limits, cross-field
+rules) raise custom errors from validators, so ``CreateResponseRequest.model_validate`` enforces
+everything on its own and :func:`parse_create_request` only translates the first error into an
+:class:`ApiError`.
 
 The parts live beside it: ``input_items.py`` (the input, and its normalisation into stored items),
-``tools.py`` (``tools`` and ``tool_choice``), ``request_errors.py`` (the custom errors and their translation).
+``tools.py`` (``tools`` and ``tool_choice``), ``request_errors.py`` (the custom errors and the translation of
+every validation error).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol.errors import invalid_request
 from resilient.protocol.input_items import (
+    INPUT_ITEMS,
     ApprovalResponse,
     FunctionCallOutput,
     InputItem,
     InputMessage,
+    InputTextPart,
     TextPart,
-    _parse_item,
     normalize_input_items,
 )
 from resilient.protocol.request_errors import (
     _fail,
     _fail_bad_id,
-    _fail_missing,
     _fail_type,
-    _fail_unknown,
     _fail_value,
     _json_kind,
-    _key,
     _param_of,
     api_error_from_validation,
+    fail_value_here,
+    tag_error,
 )
-from resilient.protocol.tools import FunctionTool, _parse_tool, _parse_tool_choice
+from resilient.protocol.tools import TOOLS, FunctionTool, parse_tool_choice
 
 __all__ = ["ApprovalResponse", "CreateResponseRequest", "FunctionCallOutput", "FunctionTool", "InputItem",
            "InputMessage", "TextPart", "api_error_from_validation", "normalize_input_items", "parse_create_request"]
@@ -99,25 +113,38 @@ class StreamOptions(BaseModel):
     include_obfuscation: bool = True
 
 
-def _parse_conversation(value: object) -> str:
-    if isinstance(value, str):
-        param = "conversation"
-        conv_id: object = value
-    elif isinstance(value, dict):
-        for key in value:
-            if key != "id":
-                _fail_unknown(f"conversation.{_key(key)}")
-        if "id" not in value:
-            _fail_missing("conversation.id")
-        param, conv_id = "conversation.id", value["id"]
-        if not isinstance(conv_id, str):
-            _fail_type(param, "a string", conv_id)
-    else:
-        _fail_type("conversation", "a string or an object with an 'id'", value)
+def _conversation_id(value: str) -> str:
     try:
-        return validate_id(conv_id, prefix=CONVERSATION_PREFIX, param=param)
+        return validate_id(value, prefix=CONVERSATION_PREFIX, param="conversation")
     except InvalidId:
-        _fail_bad_id(param, CONVERSATION_PREFIX, conv_id)
+        fail_value_here(f"{errors.echo(value)}. Expected an id starting with '{CONVERSATION_PREFIX}', 1-128 "
+                        "characters of [A-Za-z0-9_-].")
+
+
+ConversationId = Annotated[str, AfterValidator(_conversation_id)]
+
+
+class ConversationRef(BaseModel):
+    """``conversation`` as an object."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    id: ConversationId
+
+
+# A conversation id, or an object holding one.
+_CONVERSATION: TypeAdapter[str | ConversationRef] = TypeAdapter(
+    Annotated[
+        Annotated[ConversationId, Tag("string")] | Annotated[ConversationRef, Tag("object")],
+        Discriminator(
+            lambda value: "string" if isinstance(value, str) else "object" if isinstance(value, dict) else None,
+            custom_error_type="api_tag",
+            custom_error_message="not a conversation",
+            custom_error_context=tag_error(errors.CODE_INVALID_TYPE, "", "",
+                                           expected="a string or an object with an 'id'"),
+        ),
+    ]
+)
 
 
 class CreateResponseRequest(BaseModel):
@@ -163,7 +190,9 @@ class CreateResponseRequest(BaseModel):
         if len(value) > MAX_INPUT_ITEMS:  # before any item is parsed: the refusal costs nothing per item
             _fail_value("input", f"array too long: expected at most {MAX_INPUT_ITEMS} input items, got "
                         f"{len(value)}; continue a longer history with previous_response_id or conversation.")
-        return [_parse_item(item, f"input[{i}]") for i, item in enumerate(value)]
+        # Through the adapter rather than the field's ``str | list`` union, whose member labels would land in
+        # every error's location.
+        return INPUT_ITEMS.validate_python(value, strict=True)
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -172,7 +201,7 @@ class CreateResponseRequest(BaseModel):
             _fail_type("tools", "an array", value)
         if len(value) > MAX_TOOLS:
             _fail_value("tools", f"expected at most {MAX_TOOLS} tools, got {len(value)}.")
-        tools = [_parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
+        tools = TOOLS.validate_python(value, strict=True)
         seen: set[str] = set()
         for i, tool in enumerate(tools):
             if tool.name in seen:  # a rule between items that docs/openapi.yaml cannot state; OpenAI: 400
@@ -184,12 +213,13 @@ class CreateResponseRequest(BaseModel):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _check_tool_choice(cls, value: object) -> object:
-        return _parse_tool_choice(value)
+        return parse_tool_choice(value)
 
     @field_validator("conversation", mode="before")
     @classmethod
     def _check_conversation(cls, value: object) -> object:
-        return _parse_conversation(value)
+        conversation = _CONVERSATION.validate_python(value, strict=True)
+        return conversation if isinstance(conversation, str) else conversation.id
 
     @field_validator("previous_response_id")
     @classmethod
@@ -256,7 +286,7 @@ class CreateResponseRequest(BaseModel):
     def items(self) -> list[InputItem]:
         """``input`` as a list of items (a string is one user message)."""
         if isinstance(self.input, str):
-            return [InputMessage(role="user", content=[TextPart(type="input_text", text=self.input)])]
+            return [InputMessage(role="user", content=[InputTextPart(text=self.input)])]
         return list(self.input)
 
     def function_outputs(self) -> list[FunctionCallOutput]:

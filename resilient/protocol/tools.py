@@ -1,29 +1,48 @@
 """The ``tools`` and ``tool_choice`` of a ``POST /responses`` body: function tools only (another tool type is
-a clear 400, since ignoring a tool would change the answer)."""
+a clear 400, since ignoring a tool would change the answer). Both are discriminated unions on ``type``."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag, TypeAdapter
 
 from resilient.protocol import errors
-from resilient.protocol.request_errors import _fail, _fail_missing, _fail_type, _fail_unknown, _fail_value, _key
+from resilient.protocol.request_errors import fail_type_here, fail_value_here, one_of, tag_error, type_tag
 
+_STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_FUNCTION_TOOL_KEYS: frozenset[str] = frozenset({"type", "name", "description", "parameters", "strict"})
-_TOOL_CHOICE_MODES: tuple[str, ...] = ("auto", "none", "required")
+
+
+def _check_name(name: str) -> str:
+    if not _TOOL_NAME.fullmatch(name):
+        fail_value_here(f"{errors.echo(name)}. Expected 1-64 characters of [A-Za-z0-9_-].")
+    return name
+
+
+def _check_parameters(schema: object) -> object:
+    if not isinstance(schema, dict):
+        fail_type_here("an object (a JSON Schema)", schema)
+    # Only what docs/openapi.yaml states: an object whose ``type``, if given, is "object". Checking it
+    # against the JSON Schema meta-schema here would refuse bodies the spec allows (the meta-schema's
+    # rules for every keyword, recursively, are not in the spec); a model that cannot use a malformed
+    # schema fails the run with its own error instead.
+    if schema.get("type", "object") != "object":
+        fail_value_here("the parameters of a function must be a JSON Schema of type 'object'.", suffix=".type")
+    return schema
+
+
 class FunctionTool(BaseModel):
     """A ``function`` tool. ``parameters`` is a JSON Schema of type ``object`` (passed to the model as is)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = _STRICT
 
     type: Literal["function"] = "function"
-    name: str
+    name: Annotated[str, AfterValidator(_check_name)]
     description: str | None = None
-    parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    parameters: Annotated[dict[str, Any], BeforeValidator(_check_parameters)] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The tool as the response object echoes it (``FunctionTool``)."""
@@ -31,66 +50,49 @@ class FunctionTool(BaseModel):
                 "parameters": self.parameters, "strict": self.strict}
 
 
-def _parse_tool(raw: object, at: str) -> FunctionTool:
-    if not isinstance(raw, dict):
-        _fail_type(at, "an object", raw)
-    if "type" not in raw:
-        _fail_missing(f"{at}.type")
-    if raw["type"] != "function":
-        _fail(f"{at}.type", errors.CODE_UNSUPPORTED_VALUE,
-              f"Unsupported value for '{at}.type': {errors.echo(raw['type'])}. This service supports only "
-              "tools of type 'function'.")
-    for key in raw:
-        if key not in _FUNCTION_TOOL_KEYS:
-            _fail_unknown(f"{at}.{_key(key)}")
-    if "name" not in raw:
-        _fail_missing(f"{at}.name")
-    name = raw["name"]
-    if not isinstance(name, str):
-        _fail_type(f"{at}.name", "a string", name)
-    if not _TOOL_NAME.fullmatch(name):
-        _fail_value(f"{at}.name", f"{errors.echo(name)}. Expected 1-64 characters of [A-Za-z0-9_-].")
-    description = raw.get("description")
-    if description is not None and not isinstance(description, str):
-        _fail_type(f"{at}.description", "a string", description)
-    strict = raw.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        _fail_type(f"{at}.strict", "a boolean", strict)
-    parameters = raw.get("parameters")
-    if parameters is not None:
-        # Only what docs/openapi.yaml states: an object whose ``type``, if given, is "object". Checking it
-        # against the JSON Schema meta-schema here would refuse bodies the spec allows (the meta-schema's
-        # rules for every keyword, recursively, are not in the spec); a model that cannot use a malformed
-        # schema fails the run with its own error instead.
-        if not isinstance(parameters, dict):
-            _fail_type(f"{at}.parameters", "an object (a JSON Schema)", parameters)
-        if parameters.get("type", "object") != "object":
-            _fail_value(f"{at}.parameters.type", "the parameters of a function must be a JSON Schema of type "
-                        "'object'.")
-    return FunctionTool(name=name, description=description, parameters=parameters, strict=strict)
+# A discriminated union of one member: the type is checked before anything else in the tool, so a tool of
+# another type (with its own fields) is refused for its type, not for a field a function tool lacks.
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function")],
+    Discriminator(
+        lambda value: type_tag(value, "function"),
+        custom_error_type="api_tag",
+        custom_error_message="unsupported tool type",
+        custom_error_context=tag_error(errors.CODE_UNSUPPORTED_VALUE, "Unsupported value for", ": {value}. This "
+                                       "service supports only tools of type 'function'.", missing="absent"),
+    ),
+]
+TOOLS: TypeAdapter[list[FunctionTool]] = TypeAdapter(list[Tool])
 
 
-def _parse_tool_choice(value: object) -> str | dict[str, Any]:
-    if isinstance(value, str):
-        if value not in _TOOL_CHOICE_MODES:
-            _fail_value("tool_choice", f"{errors.echo(value)}. Supported values are: auto, none, required, or "
-                        "{\"type\": \"function\", \"name\": ...}.")
-        return value
-    if not isinstance(value, dict):
-        _fail_type("tool_choice", "a string or an object", value)
-    if value.get("type") != "function":
-        _fail(
-            "tool_choice.type", errors.CODE_UNSUPPORTED_VALUE,
-            f"Unsupported value for 'tool_choice.type': {errors.echo(value.get('type'))}. This service supports "
-            "only 'function'.",
-        )
-    for key in value:
-        if key not in ("type", "name"):
-            _fail_unknown(f"tool_choice.{_key(key)}")
-    if "name" not in value:
-        _fail_missing("tool_choice.name")
-    if not isinstance(value["name"], str):
-        _fail_type("tool_choice.name", "a string", value["name"])
-    return {"type": "function", "name": value["name"]}
+class ToolChoiceFunction(BaseModel):
+    """``tool_choice`` naming one function tool."""
+
+    model_config = _STRICT
+
+    type: Literal["function"]
+    name: str
 
 
+ToolChoiceMode = Literal["auto", "none", "required"]
+_MODES: tuple[ToolChoiceMode, ...] = ("auto", "none", "required")
+_TOOL_CHOICE: TypeAdapter[ToolChoiceMode | ToolChoiceFunction] = TypeAdapter(
+    Annotated[
+        Annotated[ToolChoiceMode, one_of(_MODES, more=', or {"type": "function", "name": ...}'), Tag("mode")]
+        | Annotated[ToolChoiceFunction, Tag("function")],
+        Discriminator(
+            lambda value: "mode" if isinstance(value, str) else type_tag(value, None),
+            custom_error_type="api_tag",
+            custom_error_message="unsupported tool_choice",
+            custom_error_context=tag_error(errors.CODE_UNSUPPORTED_VALUE, "Unsupported value for",
+                                           ": {value}. This service supports only 'function'.",
+                                           expected="a string or an object"),
+        ),
+    ]
+)
+
+
+def parse_tool_choice(value: object) -> str | dict[str, Any]:
+    """``tool_choice`` validated: a mode, or ``{"type": "function", "name": ...}`` as a dict."""
+    choice = _TOOL_CHOICE.validate_python(value, strict=True)
+    return choice if isinstance(choice, str) else choice.model_dump()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from resilient.storage.ports import Control
 
-__all__ = ["CONTROLS", "ControlBoard", "Observed"]
+__all__ = ["ControlBoard", "Observed"]
 
 DEFAULT_CAPACITY = 4096
 
@@ -85,5 +85,3 @@ class ControlBoard:
                 if not left:
                     del self._waiters[response_id]
 
-
-CONTROLS = ControlBoard()

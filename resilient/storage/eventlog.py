@@ -23,7 +23,7 @@ from resilient.protocol.sse import parse_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
 from resilient.storage.eventwriter import MAX_BLOCK_BYTES, BlobEventWriter, LogLimits, WriterPosition
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.kept import KEPT_WRITERS, KeptWriters
 from resilient.storage.logformat import (
     IndexEntry,
@@ -65,11 +65,11 @@ class BlobEventLog:
         self,
         container: ContainerClient,
         *,
+        feed: CommittedFeed,
         index_every: int = 16,
         max_blocks_per_segment: int = 49_000,
         max_block_bytes: int = MAX_BLOCK_BYTES,
         tail_window: int = DEFAULT_TAIL_WINDOW,
-        feed: CommittedFeed = COMMITTED,
         kept: KeptWriters | None = None,
     ) -> None:
         self._container = container

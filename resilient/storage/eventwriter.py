@@ -32,7 +32,7 @@ from azure.storage.blob.aio import BlobClient, ContainerClient
 from resilient.protocol.sse import encode_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.logformat import index_blob, index_record, marker_frame, segment_blob
 from resilient.storage.ports import CommittedBlock, JsonDict, ReadCursor, StoredEvent
 
@@ -92,7 +92,7 @@ class BlobEventWriter:
         limits: LogLimits,
         *,
         storage_calls: int = 0,
-        feed: CommittedFeed = COMMITTED,
+        feed: CommittedFeed,
     ) -> None:
         self._container = container
         self._feed = feed  # readers in this process get each committed block from it

@@ -3,7 +3,8 @@
 Why a bundle: the engine and the HTTP layer need all three stores over the same clients (one
 transport, one credential); whoever opens it closes it. The tables and containers are created at
 most once per process and storage location, not on every open (cold-start cost, and a create per
-request would be a wasted round trip).
+request would be a wasted round trip): the caller passes the set of locations created so far (the
+process's, kept by :mod:`resilient.functions.runtime`), or none to create them now.
 
 :func:`build_storage` over a :class:`~resilient.storage.memory.MemoryBackend` instead of clients wires the
 in-memory stores (tests that exercise the engine rather than storage); production always opens clients.
@@ -19,9 +20,9 @@ from resilient.settings import Settings
 from resilient.storage.active import TableActiveIndex
 from resilient.storage.chains import TableChainStore
 from resilient.storage.connection import RetryConfig, StorageClients
-from resilient.storage.controls import CONTROLS, ControlBoard
+from resilient.storage.controls import ControlBoard
 from resilient.storage.eventlog import BlobEventLog
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.items import TableItemStore
 from resilient.storage.kept import KeptWriters
 from resilient.storage.memory.backend import MemoryBackend
@@ -32,13 +33,14 @@ from resilient.storage.ports import ActiveIndex, ChainStore, EventLog, ItemStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
 
-_created: set[tuple[str, str]] = set()
+CreatedLocations = set[tuple[str, str]]
 
 
 @dataclass
 class Storage:
     """The stores the engine and the HTTP layer program against, plus the clients they share (or, for the
-    in-memory stores, the :class:`MemoryBackend` they share)."""
+    in-memory stores, the :class:`MemoryBackend` they share), and the process-local feed and control board
+    the stores report to (the worker's, see :class:`~resilient.engine.instance.InstanceCaches`)."""
 
     responses: ResponseStore
     items: ItemStore
@@ -46,6 +48,8 @@ class Storage:
     chains: ChainStore
     active: ActiveIndex
     clients: StorageClients | MemoryBackend = field(repr=False)
+    feed: CommittedFeed = field(repr=False)
+    controls: ControlBoard = field(repr=False)
 
     async def close(self) -> None:
         await self.clients.close()
@@ -59,8 +63,8 @@ class Storage:
         await self.close()
 
 
-def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFeed = COMMITTED,
-                  controls: ControlBoard = CONTROLS, kept: KeptWriters | None = None) -> Storage:
+def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFeed, controls: ControlBoard,
+                  kept: KeptWriters | None = None) -> Storage:
     """Wire the Azure-backed stores over ``clients`` (no I/O), reporting to this process's caches: the feed
     readers here follow, the control board running phases here watch, and the kept writers.
 
@@ -73,14 +77,15 @@ def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFee
         responses=TableResponseStore(clients.table(clients.responses_table_name), spill, controls=controls),
         items=TableItemStore(clients.table(clients.items_table_name), spill),
         events=BlobEventLog(clients.container(clients.events_container_name), feed=feed, kept=kept),
-        clients=clients,
         chains=TableChainStore(clients.table(clients.chains_table_name)),
         active=TableActiveIndex(clients.table(clients.active_table_name)),
+        clients=clients,
+        feed=feed,
+        controls=controls,
     )
 
 
-def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed = COMMITTED,
-                         controls: ControlBoard = CONTROLS) -> Storage:
+def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed, controls: ControlBoard) -> Storage:
     """The in-memory stores over ``backend`` (shared state: build twice to play two processes)."""
     return Storage(
         responses=MemoryResponseStore(backend, controls=controls),
@@ -89,6 +94,8 @@ def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed = COMMIT
         chains=MemoryChainStore(backend),
         active=MemoryActiveIndex(backend),
         clients=backend,
+        feed=feed,
+        controls=controls,
     )
 
 
@@ -103,10 +110,12 @@ def _location(settings: Settings) -> tuple[str, str]:
     return where, settings.storage_prefix
 
 
-async def open_storage(settings: Settings, *, retry: RetryConfig | None = None, feed: CommittedFeed = COMMITTED,
-                       controls: ControlBoard = CONTROLS, kept: KeptWriters | None = None) -> Storage:
-    """Open clients for ``settings``, create tables/containers once per process, return the stores (over
-    the process-local caches given, see :func:`build_storage`).
+async def open_storage(settings: Settings, *, feed: CommittedFeed, controls: ControlBoard,
+                       retry: RetryConfig | None = None, kept: KeptWriters | None = None,
+                       created: CreatedLocations | None = None) -> Storage:
+    """Open clients for ``settings``, create the tables and containers unless ``created`` (the locations
+    created in this process so far) names this one, and return the stores (over the process-local caches
+    given, see :func:`build_storage`).
 
     The caller owns the result (``await storage.close()`` or ``async with``); clients are bound to
     the running event loop, so open one per loop.
@@ -114,9 +123,10 @@ async def open_storage(settings: Settings, *, retry: RetryConfig | None = None, 
     clients = StorageClients(settings, retry=retry)
     key = _location(settings)
     try:
-        if key not in _created:  # two racing first opens both create: harmless, creation is idempotent
+        if created is None or key not in created:  # two racing first opens both create: harmless (idempotent)
             await clients.ensure_created()
-            _created.add(key)
+            if created is not None:
+                created.add(key)
     except BaseException:
         await clients.close()
         raise

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from resilient.storage.ports import CommittedBlock
 from resilient.storage.recent import RecentLogs
 
-__all__ = ["COMMITTED", "CommittedBlock", "CommittedFeed", "Subscription"]
+__all__ = ["CommittedBlock", "CommittedFeed", "Subscription"]
 
 # A subscriber that does not keep up (a slow client) holds at most this much; past it the pending blocks
 # are dropped and the reader catches up from storage instead (memory stays bounded per reader).
@@ -245,5 +245,3 @@ class CommittedFeed:
             del self._expected[response_id]
             return False
 
-
-COMMITTED = CommittedFeed()

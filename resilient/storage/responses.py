@@ -22,17 +22,15 @@ from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient
 
 from resilient.ids import validate_id
-from resilient.storage.cas import retry_cas
+from resilient.storage import cas
 from resilient.storage.connection import translate_errors
-from resilient.storage.controls import CONTROLS, ControlBoard
-from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
+from resilient.storage.controls import ControlBoard
+from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, Control, JsonDict, ResponseRecord
 from resilient.storage.spill import JsonSpill
 
 ROW_KEY = "r"
 _CONTROL_COLUMNS = ["status", "cancel_requested", "pending_input_count"]
-# A CAS loop that loses this many times in a row is being starved; surface it instead of spinning.
-_MAX_CAS_ATTEMPTS = 50
 
 
 def _etag(entity: Any) -> str:
@@ -43,7 +41,7 @@ def _etag(entity: Any) -> str:
 class TableResponseStore:
     """``ResponseStore`` over one Azure Table (``<prefix>responses``)."""
 
-    def __init__(self, table: TableClient, spill: JsonSpill, *, controls: ControlBoard = CONTROLS) -> None:
+    def __init__(self, table: TableClient, spill: JsonSpill, *, controls: ControlBoard) -> None:
         self._table = table
         self._spill = spill
         self._controls = controls  # every row this store reads or writes tells running phases here
@@ -163,30 +161,13 @@ class TableResponseStore:
         cancel_requested: bool | None = None,
         current: ResponseRecord | None = None,
     ) -> ResponseRecord:
-        rid = validate_id(response_id, param="response_id")
-        known = [current] if current is not None and current.response_id == rid else []
-
-        async def attempt() -> ResponseRecord:
-            record = known.pop() if known else await self.get(rid)
-            if record.status not in allowed_from:
-                raise InvalidTransition(record.status, to_status)
-            return await self.replace(
-                record, status=to_status, doc_changes=doc_changes, cancel_requested=cancel_requested
-            )
-
-        return await retry_cas(attempt, _MAX_CAS_ATTEMPTS, lambda: PreconditionFailed(
-            f"response {rid!r}: transition to {to_status!r} kept losing the CAS"))
+        return await cas.transition_row(self, validate_id(response_id, param="response_id"), to_status,
+                                        allowed_from=allowed_from, doc_changes=doc_changes,
+                                        cancel_requested=cancel_requested, current=current)
 
     @translate_errors
     async def add_pending_input(self, response_id: str, delta: int) -> ResponseRecord:
-        rid = validate_id(response_id, param="response_id")
-
-        async def attempt() -> ResponseRecord:
-            record = await self.get(rid)
-            return await self.replace(record, pending_input_count=record.pending_input_count + delta)
-
-        return await retry_cas(attempt, _MAX_CAS_ATTEMPTS, lambda: PreconditionFailed(
-            f"response {rid!r}: pending input update kept losing the CAS"))
+        return await cas.add_pending_input(self, validate_id(response_id, param="response_id"), delta)
 
     @translate_errors
     async def list_finished_before(self, cutoff_epoch_seconds: float, limit: int) -> list[str]:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from openai import OpenAI
 
 from tests.contract.conftest import valid
@@ -19,6 +20,8 @@ from tests.frameworkagents.model import ToolLoop
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import follow, kill, read_events
 from tests.scenario.conftest import wait_until
+
+pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 

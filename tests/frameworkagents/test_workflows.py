@@ -18,6 +18,8 @@ from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import follow, kill, read_events
 from tests.scenario.conftest import ROOT, wait_until
 
+pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+
 WORKFLOW = "tests.frameworkagents.app_workflow:build"
 
 

@@ -17,6 +17,8 @@ from tests.hostdouble.api import HostDouble
 from tests.hostdouble.durable.history import TASK_COMPLETED, TASK_SCHEDULED
 from tests.hostdouble.testkit import WAIT, done, history, markers, start, start_double, uid, wait, wait_until
 
+pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+
 TEST_TIMEOUT = 150
 
 

@@ -25,7 +25,9 @@ import pytest_asyncio
 from resilient.ids import new_response_id
 from resilient.settings import Settings
 from resilient.storage.connection import RetryConfig, StorageClients
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, build_storage, open_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -37,6 +39,12 @@ FAST_FAIL = RetryConfig(total=2, backoff_s=0.05, backoff_max_s=0.1, connection_t
 
 def unique_prefix() -> str:
     return "t" + "".join(secrets.choice(_ALPHABET) for _ in range(8))
+
+
+def rebuilt(storage: Storage) -> Storage:
+    """Stores built again over the same clients or backend, reporting to the same feed and control board
+    (another engine or service of the same worker: no kept writers of its own yet)."""
+    return build_storage(storage.clients, feed=storage.feed, controls=storage.controls)
 
 
 def unused_port() -> int:
@@ -82,7 +90,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def azurite_storage(settings: Settings) -> AsyncIterator[Storage]:
-    opened = await open_storage(settings)
+    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     try:
         yield opened
     finally:
@@ -93,7 +101,7 @@ async def azurite_storage(settings: Settings) -> AsyncIterator[Storage]:
 @pytest.fixture(scope="session")
 def memory_storage() -> Storage:
     """The in-memory stores over one backend for the session (ids are unique, as on Azurite)."""
-    return build_storage(MemoryBackend())
+    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +116,7 @@ async def dead_storage() -> AsyncIterator[Storage]:
     """Stores over a closed port with a short retry budget: any storage call fails within ~1 s."""
     clients = StorageClients(dead_settings(unique_prefix()), retry=FAST_FAIL)
     try:
-        yield build_storage(clients)
+        yield build_storage(clients, feed=CommittedFeed(), controls=ControlBoard())
     finally:
         await clients.close()
 

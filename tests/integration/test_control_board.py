@@ -14,7 +14,6 @@ from resilient.engine.activities import Engine
 from resilient.engine.batching import Tuning
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
-from resilient.storage.controls import CONTROLS
 from resilient.storage.factory import Storage
 from tests.integration.conftest import NoDurable
 
@@ -38,7 +37,7 @@ async def test_the_next_phase_reads_no_control_while_the_snapshot_is_fresh(stora
     assert (await engine.run_phase(rid, 1))["stop"] is None
     assert storage.responses.storage_calls == calls  # the plan's CAS a moment ago is the snapshot
 
-    CONTROLS.forget(rid)  # nothing known here (as after a long pause): the phase reads the row first
+    storage.controls.forget(rid)  # nothing known here (as after a long pause): the phase reads the row first
     calls = storage.responses.storage_calls
     assert (await engine.run_phase(rid, 2))["stop"] is None
     assert storage.responses.storage_calls == calls + 1

@@ -23,9 +23,11 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, build_storage, open_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
-from tests.integration.conftest import NoDurable
+from tests.integration.conftest import NoDurable, rebuilt
 
 pytestmark = pytest.mark.azurite
 
@@ -59,9 +61,9 @@ COUNTS = pytest.mark.adapters("azurite")
 @pytest.fixture(scope="module")
 async def storage(settings: Settings, storage_adapter: str) -> AsyncIterator[Storage]:
     if storage_adapter == "memory":
-        yield build_storage(MemoryBackend())
+        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
         return
-    opened = await open_storage(settings)
+    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     yield opened
     await opened.clients.delete_all()
     await opened.close()
@@ -150,7 +152,7 @@ async def test_a_phase_run_elsewhere_meanwhile_is_found_and_not_streamed_again(s
                                                                              settings: Settings) -> None:
     here_agent = CountingAgent(settings)
     here = Engine(storage, here_agent, settings)
-    elsewhere = Engine(build_storage(storage.clients), ResearchAgent(settings), settings)
+    elsewhere = Engine(rebuilt(storage), ResearchAgent(settings), settings)
     rid = await _create(storage, settings)
     await here.plan(rid)
     await here.run_phase(rid, 0)
@@ -172,7 +174,7 @@ async def test_a_phase_run_elsewhere_meanwhile_is_found_and_not_streamed_again(s
 
 async def test_finalize_after_a_phase_elsewhere_counts_every_checkpoint(storage: Storage, settings: Settings) -> None:
     here = Engine(storage, ResearchAgent(settings), settings)
-    elsewhere = Engine(build_storage(storage.clients), ResearchAgent(settings), settings)
+    elsewhere = Engine(rebuilt(storage), ResearchAgent(settings), settings)
     rid = await _create(storage, settings, phases=2)
     await here.plan(rid)
     await here.run_phase(rid, 0)

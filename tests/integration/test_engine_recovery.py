@@ -23,8 +23,10 @@ from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import LostOwnership
 from resilient.storage.factory import Storage, build_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.streamcheck import helper_final, rebuild_items
 
@@ -54,7 +56,7 @@ def settings() -> Settings:
 def storage() -> Storage:
     """In memory: these tests exercise the engine and the service, not storage (the contract tests in
     test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
-    return build_storage(MemoryBackend())
+    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
 
 
 class CrashingAgent(ResearchAgent):

@@ -38,8 +38,9 @@ def created() -> dict[str, object]:
 def event_log(storage: Storage, **kwargs: int) -> BlobEventLog | MemoryEventLog:
     """A log with tuned limits over the test's adapter (the memory log has no index: ``index_every`` is moot)."""
     if isinstance(storage.clients, MemoryBackend):
-        return MemoryEventLog(storage.clients, max_block_bytes=kwargs.get("max_block_bytes", MAX_BLOCK_BYTES))
-    return BlobEventLog(storage.clients.container(storage.clients.events_container_name), **kwargs)
+        return MemoryEventLog(storage.clients, feed=storage.feed,
+                              max_block_bytes=kwargs.get("max_block_bytes", MAX_BLOCK_BYTES))
+    return BlobEventLog(storage.clients.container(storage.clients.events_container_name), feed=storage.feed, **kwargs)
 
 
 def assert_contiguous(result: ReadResult, first: int, last: int) -> None:

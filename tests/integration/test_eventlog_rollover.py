@@ -14,7 +14,7 @@ pytestmark = pytest.mark.azurite
 
 def small_log(storage: Storage) -> BlobEventLog:
     container = storage.clients.container(storage.clients.events_container_name)
-    return BlobEventLog(container, max_blocks_per_segment=5, index_every=2)
+    return BlobEventLog(container, feed=storage.feed, max_blocks_per_segment=5, index_every=2)
 
 
 async def _segments(storage: Storage, rid: str) -> dict[str, tuple[int, int]]:

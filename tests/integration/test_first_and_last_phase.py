@@ -13,9 +13,8 @@ from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import Engine
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
-from resilient.storage.factory import Storage, build_storage
-from resilient.storage.feed import COMMITTED
-from tests.integration.conftest import NoDurable
+from resilient.storage.factory import Storage
+from tests.integration.conftest import NoDurable, rebuilt
 
 STORAGE_ADAPTERS = ("memory",)  # the engine's decisions, not storage: see conftest
 
@@ -35,7 +34,7 @@ async def _planned(storage: Storage, settings: Settings, phases: int = 2) -> tup
 
 
 async def _kinds(storage: Storage, rid: str) -> list[str]:
-    COMMITTED.forget_log(rid)  # read what storage holds
+    storage.feed.forget_log(rid)  # read what storage holds
     return [event.type for event in (await storage.events.read_after(rid, -1)).events]
 
 
@@ -48,7 +47,7 @@ async def test_the_last_phase_ends_the_run_with_one_terminal_event_even_when_del
     assert summary["final"] == {"status": "completed"} and summary["stop"] is None
     assert (await storage.responses.get(rid)).status == "completed"
     # The activity is delivered again (its worker died before the host saw its result): same answer.
-    again = await Engine(build_storage(storage.clients), ResearchAgent(settings), settings).run_phase(
+    again = await Engine(rebuilt(storage), ResearchAgent(settings), settings).run_phase(
         rid, 1, finalize=True)
     assert again["final"] == {"status": "completed"}
     kinds = await _kinds(storage, rid)
@@ -80,7 +79,7 @@ async def test_the_first_phase_plans_the_turn_once_even_when_delivered_twice(sto
     assert summary["phases"] == 2 and summary["stop"] is None and "final" not in summary  # not the last one
     record = await storage.responses.get(rid)
     assert record.status == "in_progress" and len(record.doc["plan"]) == 2
-    again = await Engine(build_storage(storage.clients), ResearchAgent(settings), settings).run_phase(
+    again = await Engine(rebuilt(storage), ResearchAgent(settings), settings).run_phase(
         rid, 0, plan=True, finalize=True)
     assert again["phases"] == 2 and again["chars"] == summary["chars"]  # its checkpoint, not a second run
     kinds = await _kinds(storage, rid)

@@ -9,8 +9,10 @@ import pytest
 
 from resilient.ids import InvalidId
 from resilient.storage.connection import RetryConfig, StorageClients
+from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import StorageUnavailable
 from resilient.storage.factory import Storage, build_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import ReadCursor, ResponseRecord
 from tests.integration.conftest import dead_settings, unique_prefix
 
@@ -80,7 +82,7 @@ async def test_closed_port_raises_storage_unavailable_quickly(dead_storage: Stor
 async def test_default_retry_bridges_seconds_but_does_not_hang() -> None:
     clients = StorageClients(dead_settings(unique_prefix()), retry=RetryConfig())
     try:
-        storage = build_storage(clients)
+        storage = build_storage(clients, feed=CommittedFeed(), controls=ControlBoard())
         started = time.monotonic()
         with pytest.raises(StorageUnavailable):
             await storage.responses.get("resp_fine")

@@ -16,7 +16,7 @@ from resilient.http.streaming import tail_events
 from resilient.protocol.sse import parse_frame
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.factory import Storage
-from resilient.storage.feed import COMMITTED, CommittedBlock, CommittedFeed
+from resilient.storage.feed import CommittedBlock, CommittedFeed
 from resilient.storage.ports import EventWriter, ReadCursor, StoredEvent
 
 pytestmark = pytest.mark.azurite
@@ -38,7 +38,7 @@ def created() -> dict[str, object]:
 
 
 def reader_log(storage: Storage) -> BlobEventLog:
-    return BlobEventLog(storage.clients.container(storage.clients.events_container_name))
+    return BlobEventLog(storage.clients.container(storage.clients.events_container_name), feed=storage.feed)
 
 
 def sequence_numbers(chunks: list[bytes]) -> list[int]:
@@ -46,7 +46,7 @@ def sequence_numbers(chunks: list[bytes]) -> list[int]:
     return [parse_frame(frame + b"\n\n")[0] for frame in frames]
 
 
-async def collect(log: BlobEventLog, rid: str, feed: CommittedFeed = COMMITTED, **options: Any) -> list[bytes]:
+async def collect(log: BlobEventLog, rid: str, feed: CommittedFeed, **options: Any) -> list[bytes]:
     chunks: list[bytes] = []
     async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, **options):
         chunks.append(chunk)
@@ -63,9 +63,9 @@ async def write_phase(writer: EventWriter, appends: int = APPENDS) -> None:
 async def test_reader_in_the_writer_process_reads_storage_once(storage: Storage, rid: str) -> None:
     writer = await storage.events.create(rid, [created()])
     log = reader_log(storage)
-    with COMMITTED.writing(rid):
+    with storage.feed.writing(rid):
         # safety polls of storage only every 60 s, so none happens during the test, however slow the machine
-        reader = asyncio.create_task(collect(log, rid, poll_while_local=60.0))
+        reader = asyncio.create_task(collect(log, rid, storage.feed, poll_while_local=60.0))
         await asyncio.sleep(0.1)  # the reader's first (storage) read is done; the rest comes from the feed
         await write_phase(writer)
         chunks = await asyncio.wait_for(reader, 10)
@@ -127,8 +127,8 @@ async def test_the_stream_of_a_create_starts_from_the_created_block_without_read
     writer = await storage.events.create(rid, [created()])
     assert writer.last_committed is not None and writer.last_committed.first_sequence_number == 0
     log = reader_log(storage)
-    with COMMITTED.writing(rid):
-        reader = asyncio.create_task(collect_from(log, rid, writer.last_committed))
+    with storage.feed.writing(rid):
+        reader = asyncio.create_task(collect_from(log, rid, storage.feed, writer.last_committed))
         await asyncio.sleep(0.05)
         await write_phase(writer, appends=5)
         chunks = await asyncio.wait_for(reader, 10)
@@ -150,8 +150,10 @@ async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reade
     assert not feed.expected_here(rid)
 
 
-async def collect_from(log: BlobEventLog, rid: str, start: CommittedBlock, **options: Any) -> list[bytes]:
-    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, start=start, **options)]
+async def collect_from(log: BlobEventLog, rid: str, feed: CommittedFeed, start: CommittedBlock,
+                       **options: Any) -> list[bytes]:
+    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, start=start,
+                                                 **options)]
 
 
 @pytest.mark.parametrize("state", ["writing", "expected", "elsewhere"])
@@ -191,21 +193,21 @@ async def test_the_gap_after_a_phase_written_here_is_not_polled_the_moment_it_be
     writer = await storage.events.create(rid, [created()])
     assert writer.last_committed is not None
     log = reader_log(storage)
-    reader = asyncio.create_task(collect_from(log, rid, writer.last_committed, poll_while_local=60.0,
+    reader = asyncio.create_task(collect_from(log, rid, storage.feed, writer.last_committed, poll_while_local=60.0,
                                               poll_while_expected=1.0))
     try:
-        with COMMITTED.writing(rid):
+        with storage.feed.writing(rid):
             for n in range(12):  # a phase of ~1.2 s: longer than the gap's poll interval
                 await writer.append([delta(n)])
                 await asyncio.sleep(0.1)
-            COMMITTED.expect(rid, 30.0)  # what the engine says when a phase ends
+            storage.feed.expect(rid, 30.0)  # what the engine says when a phase ends
         await asyncio.sleep(0.1)  # the orchestration schedules the next activity, here
-        with COMMITTED.writing(rid):
+        with storage.feed.writing(rid):
             await writer.append([delta(12), delta(13)])
             await writer.append([completed()])
         chunks = await asyncio.wait_for(reader, 10)
     finally:
-        COMMITTED.expect(rid, 0)
+        storage.feed.expect(rid, 0)
     assert sequence_numbers(chunks) == list(range(16))
     assert log.storage_calls == 0
 

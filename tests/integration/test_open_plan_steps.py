@@ -16,7 +16,9 @@ from resilient.agents.base import AgentRequest, NextStep, Phase, PhaseContext, P
 from resilient.engine.activities import Engine
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, open_storage
+from resilient.storage.feed import CommittedFeed
 from tests.integration.conftest import NoDurable
 
 pytestmark = pytest.mark.azurite
@@ -32,7 +34,7 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="module")
 async def storage(settings: Settings) -> AsyncIterator[Storage]:
-    opened = await open_storage(settings)
+    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     yield opened
     await opened.clients.delete_all()
     await opened.close()

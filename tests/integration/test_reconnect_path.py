@@ -14,9 +14,8 @@ from resilient.http.service import ResponsesService
 from resilient.protocol.errors import ApiError
 from resilient.protocol.sse import parse_frame
 from resilient.settings import Settings
-from resilient.storage.factory import Storage, build_storage
-from resilient.storage.feed import COMMITTED
-from tests.integration.conftest import NoDurable
+from resilient.storage.factory import Storage
+from tests.integration.conftest import NoDurable, rebuilt
 
 pytestmark = pytest.mark.azurite
 
@@ -41,8 +40,8 @@ def _calls(storage: Storage) -> int:
 async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storage: Storage,
                                                                          settings: Settings) -> None:
     rid = await _finished_run(storage, settings)
-    COMMITTED.forget_log(rid)  # as in a process that did not drive the run ...
-    fresh = build_storage(storage.clients)  # ... (no kept writer, no feed)
+    storage.feed.forget_log(rid)  # as in a process that did not drive the run ...
+    fresh = rebuilt(storage)  # ... (no kept writer, no feed)
     service = ResponsesService(fresh, NoDurable(), settings)
     result = await service.retrieve(rid, {"stream": "true", "starting_after": "3"}, {})
     assert result.stream is not None
@@ -60,7 +59,7 @@ async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storag
 ])
 async def test_a_malformed_reconnect_reads_no_log(storage: Storage, settings: Settings, response_id: str,
                                                   query: dict[str, str], status: int) -> None:
-    fresh = build_storage(storage.clients)
+    fresh = rebuilt(storage)
     with pytest.raises(ApiError) as raised:
         await ResponsesService(fresh, NoDurable(), settings).retrieve(response_id, query, {})
     assert raised.value.status == status
@@ -70,7 +69,7 @@ async def test_a_malformed_reconnect_reads_no_log(storage: Storage, settings: Se
 async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read(storage: Storage,
                                                                                  settings: Settings) -> None:
     rid = await _finished_run(storage, settings)
-    fresh = build_storage(storage.clients)
+    fresh = rebuilt(storage)
     with pytest.raises(ApiError) as raised:
         await ResponsesService(fresh, NoDurable(), settings).retrieve(rid, {"stream": "true", "starting_after": "x"},
                                                                       {})
@@ -87,11 +86,11 @@ async def _reconnect(service: ResponsesService, rid: str, after: int) -> list[by
 async def test_a_reconnect_to_the_process_that_wrote_the_log_reads_only_the_row(storage: Storage,
                                                                                 settings: Settings) -> None:
     rid = await _finished_run(storage, settings)
-    here = build_storage(storage.clients)  # same process: the feed remembers the log it published
+    here = rebuilt(storage)  # same process: the feed remembers the log it published
     from_memory = await _reconnect(ResponsesService(here, NoDurable(), settings), rid, 3)
     assert here.responses.storage_calls == 1 and here.events.storage_calls == 0  # type: ignore[attr-defined]
-    COMMITTED.forget_log(rid)
-    elsewhere = build_storage(storage.clients)
+    storage.feed.forget_log(rid)
+    elsewhere = rebuilt(storage)
     from_storage = await _reconnect(ResponsesService(elsewhere, NoDurable(), settings), rid, 3)
     assert elsewhere.events.storage_calls == 1  # type: ignore[attr-defined]
     assert from_memory == from_storage  # byte for byte what storage holds
@@ -102,15 +101,15 @@ async def test_a_log_remembered_here_is_not_served_once_its_response_is_deleted(
                                                                                 settings: Settings) -> None:
     deleted_elsewhere = await _finished_run(storage, settings)
     deleted_here = await _finished_run(storage, settings)
-    other_process = ResponsesService(build_storage(storage.clients), NoDurable(), settings)
+    other_process = ResponsesService(rebuilt(storage), NoDurable(), settings)
     await storage.responses.delete(deleted_elsewhere)  # only the row: the log is still remembered here
-    assert COMMITTED.recent(deleted_elsewhere, -1) is not None
-    service = ResponsesService(build_storage(storage.clients), NoDurable(), settings)
+    assert storage.feed.recent(deleted_elsewhere, -1) is not None
+    service = ResponsesService(rebuilt(storage), NoDurable(), settings)
     with pytest.raises(ApiError) as raised:
         await service.retrieve(deleted_elsewhere, {"stream": "true"}, {})
     assert raised.value.status == 404  # the row is checked on every reconnect
     assert (await service.delete(deleted_here)).status == 200
-    assert COMMITTED.recent(deleted_here, -1) is None
+    assert storage.feed.recent(deleted_here, -1) is None
     with pytest.raises(ApiError) as raised:
         await other_process.retrieve(deleted_here, {"stream": "true"}, {})
     assert raised.value.status == 404

@@ -27,10 +27,13 @@ from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, build_storage
-from resilient.storage.feed import COMMITTED
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import Durable, Injected
+
+pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
 
 QUESTION = "How does a run come back after its orchestration died?"
 WAIT_S = 30.0
@@ -50,7 +53,7 @@ def settings() -> Settings:
 def storage() -> Storage:
     """In memory: these tests exercise the engine and the service, not storage (the contract tests in
     test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
-    return build_storage(MemoryBackend())
+    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
 
 
 @dataclass
@@ -466,13 +469,13 @@ async def test_a_poll_skips_the_check_while_the_run_is_expected_in_this_process(
     """While the run's next activity is expected here (its create or last activity ran here), a poll does
     not spend a Durable status call; the first poll after that window checks, and repairs."""
     rid, service, calls = await _polled_after_a_failed_orchestration(rig)
-    COMMITTED.expect(rid, 60.0)
+    rig.storage.feed.expect(rid, 60.0)
     try:
         for _ in range(3):
             assert (await service.retrieve(rid, {}, {})).status == 200
         assert calls == []  # no check while the run is expected here
     finally:
-        COMMITTED.expect(rid, 0)
+        rig.storage.feed.expect(rid, 0)
     assert (await service.retrieve(rid, {}, {})).status == 200
     assert calls == [rid]  # the skipped polls did not use up the throttle
     assert rig.durable.starts[-1][1]["repair"] == 1

@@ -28,7 +28,9 @@ from resilient.engine.repair import Repairer, RepairPolicy, Throttle
 from resilient.http.service import ResponsesService
 from resilient.http.traced import traced
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, open_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.telemetry import setup
 from tests.durable_standin import Durable
 from tests.telemetry_kit import counter, memory, of_run
@@ -89,7 +91,7 @@ def settings() -> Settings:
 async def storage(settings: Settings) -> AsyncIterator[Storage]:
     memory()
     assert setup.instrument_azure_sdk()  # what configure() does: storage calls become spans
-    opened = await open_storage(settings)
+    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     yield opened
     await opened.clients.delete_all()
     await opened.close()

@@ -25,7 +25,9 @@ from resilient.http.service import STREAM_LIMIT_NOTE, ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, build_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import WORKER_EXIT, Durable, Injected
 
@@ -45,7 +47,7 @@ def settings() -> Settings:
 def storage() -> Storage:
     """In memory: these tests exercise the engine and the service, not storage (the contract tests in
     test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
-    return build_storage(MemoryBackend())
+    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
 
 
 def _rig(storage: Storage, settings: Settings) -> tuple[Durable, ResponsesService]:

@@ -46,8 +46,10 @@ from resilient.http.service import HttpResult, ResponsesService
 from resilient.protocol.errors import ApiError
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.settings import Settings
+from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import NotFound
 from resilient.storage.factory import Storage, open_storage
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import JsonDict
 from tests.durable_standin import Durable
 
@@ -133,7 +135,7 @@ def race_settings() -> Settings:
 
 @pytest.fixture(scope="module")
 async def race_storage(race_settings: Settings) -> Any:
-    opened = await open_storage(race_settings)
+    opened = await open_storage(race_settings, feed=CommittedFeed(), controls=ControlBoard())
     try:
         yield opened
     finally:

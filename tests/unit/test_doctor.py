@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -146,3 +146,48 @@ def test_retrieve_json_and_input_items_listing() -> None:
     listed = list(client.responses.input_items.list("resp_e2e"))
     assert [type(item) for item in listed] == [ResponseInputMessageItem, ResponseOutputMessage]
     assert [item.id for item in listed] == ["msg_0", "msg_1"]
+
+
+def test_bodies_the_client_writes_for_create_validate() -> None:
+    """What ``client.responses.create(...)`` sends: messages with and without ``type``, answer items,
+    function tools with ``strict``, and each ``tool_choice`` form, all parse, and parse as sent."""
+    sent: list[bytes] = []
+
+    def respond(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.content)
+        return httpx2.Response(200, json=snapshot("completed", FINAL, usage=usage_for(1, 2), completed_at=1001))
+
+    client = client_for(respond)
+    tool: Any = {"type": "function", "name": "lookup", "description": "d", "strict": True,
+                 "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"],
+                                "additionalProperties": False}}
+    client.responses.create(
+        model="m", instructions="be brief", metadata={"k": "v"}, store=True, background=True, temperature=0.2,
+        input=[
+            {"role": "user", "content": "hi"},
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]},
+        ],
+        tools=[tool, {**tool, "name": "loose", "strict": False}], tool_choice="required",
+    )
+    client.responses.create(
+        model="m", previous_response_id="resp_1", tools=[tool], tool_choice={"type": "function", "name": "lookup"},
+        input=[
+            {"type": "function_call_output", "call_id": "call_1", "output": "out"},
+            {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "o"}]},
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+        ],
+    )
+    for mode in ("auto", "none"):
+        client.responses.create(model="m", input="x", tools=[tool], tool_choice=mode)
+
+    requests = [parse_create_request(raw) for raw in sent]
+    assert [r.tool_choice for r in requests] == ["required", {"type": "function", "name": "lookup"}, "auto", "none"]
+    assert [t.to_json() for t in requests[0].tools] == [tool, {**tool, "name": "loose", "strict": False}]
+    numbers = itertools.count()
+    first = normalize_input_items(requests[0], lambda: f"msg_{next(numbers)}")
+    assert [(i["role"], i["content"][0]["type"]) for i in first] == [
+        ("user", "input_text"), ("developer", "input_text"), ("assistant", "output_text")]
+    answers = normalize_input_items(requests[1], lambda: f"msg_{next(numbers)}")
+    assert [i["type"] for i in answers] == ["function_call_output", "function_call_output", "mcp_approval_response"]
+    assert answers[1]["output"] == [{"type": "input_text", "text": "o"}]

@@ -518,3 +518,19 @@ def test_input_item_count_is_bounded_and_refused_before_items_are_parsed() -> No
     # Items past the bound are not even looked at: the count is refused, not the malformed item.
     error = reject(body(input=[message] * MAX_INPUT_ITEMS + [{"type": "nonsense"}] * 20_000))
     assert (error.code, error.param) == ("invalid_value", "input") and "22048" in error.message
+
+
+@pytest.mark.parametrize(("raw", "param"), [
+    (body(input="x", metadata={"message": 1}), "metadata.message"),
+    (body(input=[{"role": "user", "content": "x", "message": 1}]), "input[0].message"),
+    (body(input=[{"role": "user", "content": [{"type": "input_text", "text": "x", "input_text": 1}]}]),
+     "input[0].content[0].input_text"),
+    (body(input="x", conversation={"id": "conv_a", "object": 1}), "conversation.object"),
+    (body(input="x", tools=[{"type": "function", "name": "f", "function": 1}]), "tools[0].function"),
+    (body(input="x", tools=[{"type": "function", "name": "f"}], tool_choice={"type": "function", "name": "f",
+                                                                              "mode": 1}), "tool_choice.mode"),
+])
+def test_a_client_key_named_like_a_union_member_stays_in_the_param(raw: bytes, param: str) -> None:
+    """pydantic puts the chosen union member's tag into an error's location; only that tag is dropped
+    from the param, never a key the client wrote."""
+    assert reject(raw).param == param

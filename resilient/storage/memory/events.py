@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from resilient.ids import validate_id
 from resilient.protocol.sse import encode_frame
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
-from resilient.storage.feed import COMMITTED, CommittedFeed
+from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory.backend import LogData, MemoryBackend, round_trip
 from resilient.storage.ports import (
     CommittedBlock,
@@ -139,7 +139,7 @@ class MemoryEventWriter:
 class MemoryEventLog:
     """``EventLog`` over a :class:`MemoryBackend`; its kept writers are this object's (one per process)."""
 
-    def __init__(self, backend: MemoryBackend, *, feed: CommittedFeed = COMMITTED,
+    def __init__(self, backend: MemoryBackend, *, feed: CommittedFeed,
                  max_block_bytes: int = MAX_BLOCK_BYTES) -> None:
         self._logs = backend.logs
         self._feed = feed

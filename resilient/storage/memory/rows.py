@@ -12,20 +12,19 @@ import time
 from collections.abc import Sequence
 
 from resilient.ids import validate_id
-from resilient.storage.cas import retry_cas
-from resilient.storage.controls import CONTROLS, ControlBoard
-from resilient.storage.errors import InvalidTransition, NotFound, PreconditionFailed
+from resilient.storage import cas
+from resilient.storage.controls import ControlBoard
+from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.memory.backend import ChainRow, MemoryBackend, ResponseRow, frozen_json, round_trip, thawed_json
 from resilient.storage.ports import TERMINAL_STATUSES, ActiveEntry, ChainRecord, Control, JsonDict, ResponseRecord
 
-_MAX_CAS_ATTEMPTS = 50  # as the Table adapter: starvation is reported, not spun on
 _ACTIVE_SHARDS = 16  # the Table adapter's partitions, kept only so listings come in the same order
 
 
 class MemoryResponseStore:
     """``ResponseStore`` over a :class:`MemoryBackend`."""
 
-    def __init__(self, backend: MemoryBackend, *, controls: ControlBoard = CONTROLS) -> None:
+    def __init__(self, backend: MemoryBackend, *, controls: ControlBoard) -> None:
         self._rows = backend.responses
         self._backend = backend
         self._controls = controls
@@ -114,28 +113,12 @@ class MemoryResponseStore:
         cancel_requested: bool | None = None,
         current: ResponseRecord | None = None,
     ) -> ResponseRecord:
-        rid = validate_id(response_id, param="response_id")
-        known = [current] if current is not None and current.response_id == rid else []
-
-        async def attempt() -> ResponseRecord:
-            record = known.pop() if known else await self.get(rid)
-            if record.status not in allowed_from:
-                raise InvalidTransition(record.status, to_status)
-            return await self.replace(record, status=to_status, doc_changes=doc_changes,
-                                      cancel_requested=cancel_requested)
-
-        return await retry_cas(attempt, _MAX_CAS_ATTEMPTS, lambda: PreconditionFailed(
-            f"response {rid!r}: transition to {to_status!r} kept losing the CAS"))
+        return await cas.transition_row(self, validate_id(response_id, param="response_id"), to_status,
+                                        allowed_from=allowed_from, doc_changes=doc_changes,
+                                        cancel_requested=cancel_requested, current=current)
 
     async def add_pending_input(self, response_id: str, delta: int) -> ResponseRecord:
-        rid = validate_id(response_id, param="response_id")
-
-        async def attempt() -> ResponseRecord:
-            record = await self.get(rid)
-            return await self.replace(record, pending_input_count=record.pending_input_count + delta)
-
-        return await retry_cas(attempt, _MAX_CAS_ATTEMPTS, lambda: PreconditionFailed(
-            f"response {rid!r}: pending input update kept losing the CAS"))
+        return await cas.add_pending_input(self, validate_id(response_id, param="response_id"), delta)
 
     async def list_finished_before(self, cutoff_epoch_seconds: float, limit: int) -> list[str]:
         self.storage_calls += 1

@@ -73,6 +73,7 @@ class Reader:
     sequence: list[int] = field(default_factory=list)
     last_type: str | None = None
     error: str | None = None
+    arrivals: list[float] = field(default_factory=list)  # perf_counter() of each event (the openai reader)
 
 
 @dataclass
@@ -109,8 +110,9 @@ async def read_with_openai(client: AsyncOpenAI, rid: str, started: float, reader
     stream = await client.responses.retrieve(rid, stream=True, starting_after=-1)
     async with stream:
         async for event in stream:
+            reader.arrivals.append(time.perf_counter())
             if math.isnan(reader.first_event_s):
-                reader.first_event_s = time.perf_counter() - started
+                reader.first_event_s = reader.arrivals[-1] - started
             reader.sequence.append(int(event.sequence_number))
             reader.last_type = event.type
             if event.type in TERMINAL_EVENTS or len(reader.sequence) >= MAX_EVENTS_PER_STREAM:
@@ -157,8 +159,9 @@ async def read_with_httpx(http: httpx.AsyncClient, rid: str, started: float, rea
 
 
 async def run_reader(kind: str, client: AsyncOpenAI, http: httpx.AsyncClient, rid: str, started: float,
-                     timeout_s: float, *, require_id: bool = True) -> Reader:
-    reader = Reader(kind)
+                     timeout_s: float, *, require_id: bool = True, reader: Reader | None = None) -> Reader:
+    """One live reader to its terminal event (``reader``: the caller's, to watch it while it reads)."""
+    reader = reader or Reader(kind)
     try:
         call = read_with_openai(client, rid, started, reader) if kind == "openai" else read_with_httpx(
             http, rid, started, reader, require_id=require_id)

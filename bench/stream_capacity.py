@@ -306,18 +306,24 @@ async def held(base_url: str, largs: argparse.Namespace, level: int, args: argpa
         reading: list[asyncio.Task[load.Reader]] = []
         began = time.perf_counter()
 
-        async def start_held(index: int) -> str:
-            async with starts:
-                created = await client.responses.create(
-                    model="held", input=f"Held stream {index}: keep it open.", background=True,
-                    metadata={"research_phases": "1", "words_per_phase": str(args.held_words),
-                              "delta_delay_ms": str(args.held_delay_ms)})
+        async def start_held(index: int) -> str | None:
+            try:
+                async with starts:
+                    created = await client.responses.create(
+                        model="held", input=f"Held stream {index}: keep it open.", background=True,
+                        metadata={"research_phases": "1", "words_per_phase": str(args.held_words),
+                                  "delta_delay_ms": str(args.held_delay_ms)})
+            except Exception as exc:  # counted: a held stream that never opened
+                out["problems"].append(f"held create: {type(exc).__name__}: {exc}"[:300])
+                return None
             if index < level:
                 reading.append(asyncio.create_task(load.run_reader(
                     "openai", client, http, created.id, time.perf_counter(), timeout_s * 3, reader=readers[index])))
             return created.id
 
-        held_ids = list(await asyncio.gather(*(start_held(i) for i in range(max(level, 1)))))
+        held_ids = [rid for rid in await asyncio.gather(*(start_held(i) for i in range(max(level, 1)))) if rid]
+        if not held_ids:
+            raise SystemExit(f"level {level}: no held response could be created")
         for _ in range(int(timeout_s / 0.05)):  # every held reader has its first event (bounded)
             if not any(math.isnan(r.first_event_s) and r.error is None for r in readers):
                 break
@@ -548,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         for level in args.level_list:
             if args.mode == "held":
                 results.append(run_held_level(level, double.base_url, largs, meter, args))
+                print(f"level {level} done: {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
             else:
                 result, offset = run_level(level, double.base_url, largs, meter, args, args.double_log, offset)
                 results.append(result)

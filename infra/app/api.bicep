@@ -30,16 +30,19 @@ param instanceMemoryMB int = 2048
 
 // HTTP requests one instance takes at once before Flex Consumption adds an instance. Without it the
 // platform's default for Python applies: one request per instance, so every open SSE stream (a streamed
-// response, or a reader following one) would hold a whole instance. The worker serves HTTP with an async
-// server (FastAPI/uvicorn through the HTTP-streaming extension), so a waiting stream costs no thread; what
-// limits an instance is latency: with 5 streams held open on one worker the median time to a stream's first
-// event stayed within 2x of a lone stream's, with 10 it was 2.4-7.3x, with 50 5-44x, in every run of
-// bench/stream_capacity.py; memory is no limit (worker RSS 101-103 MB at 5 streams, 172 MB at 200)
-// (docs/PERFORMANCE.md, "Instances for N concurrent streams"). At 5, maximumInstanceCount (100) caps the app at
-// 500 open streams.
+// response, or a reader following one) would hold a whole instance. What it counts is open invocations, and
+// an open SSE stream is mostly an idle invocation waiting for its next event: the worker serves HTTP with an
+// async server (FastAPI/uvicorn through the HTTP-streaming extension), so a waiting stream costs no thread.
+// Measured with bench/stream_capacity.py --mode held (one worker; N slow streams held open, one event a
+// second each, while short streamed creates and reconnects are timed): with 100 streams held open a new
+// stream's median first event stayed within 1.4x of an idle worker's and the held streams' events kept their
+// 1 s pace (p95 gap under 1.03 s); at 200 it was 1.4-2.3x; worker RSS 113-118 MB at 100 (94 idle). A higher rate
+// of creates and phases is limited by storage round trips, not by how many streams an instance holds
+// (docs/PERFORMANCE.md, "Instances for N concurrent streams"). At 100, maximumInstanceCount (100) caps the
+// app at 10,000 open streams.
 @minValue(1)
 @maxValue(1000)
-param httpPerInstanceConcurrency int = 5
+param httpPerInstanceConcurrency int = 100
 
 // Always-ready instances for the HTTP group: kept warm and billed while idle, so the first request after a
 // quiet spell does not wait for a cold start (about a second here plus the platform's allocation). 0 = none.

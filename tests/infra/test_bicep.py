@@ -279,7 +279,7 @@ def test_function_app_security_and_flex_config() -> None:
     assert api.resolve(api.params["httpAlwaysReadyInstances"].default) == 0
     # set explicitly: Flex Consumption's default for Python is one HTTP request per instance
     assert cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"].text == "httpPerInstanceConcurrency"
-    assert api.resolve(cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"]) == 5
+    assert api.resolve(cfg["scaleAndConcurrency"]["triggers"]["http"]["perInstanceConcurrency"]) == 100
     runtime = cfg["runtime"]
     assert api.resolve(runtime["name"]) == "python"
     assert api.resolve(runtime["version"]) == "3.13"

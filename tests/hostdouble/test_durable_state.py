@@ -3,18 +3,23 @@ on it as the real one does. Fixture app (visibility timeouts 10 s, polling ≤ 2
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import os
 import secrets
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
 
 from tests.hostdouble.api import HostDouble
 from tests.hostdouble.durable.history import TASK_COMPLETED, TASK_SCHEDULED
+from tests.hostdouble.durable.messaging import Envelope, MessageGone, Queues
+from tests.hostdouble.durable.store import HistoryConflict, Storage, TaskHubNames
 from tests.hostdouble.testkit import WAIT, done, history, markers, start, start_double, uid, wait, wait_until
 
 pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
@@ -214,3 +219,55 @@ def test_no_more_activities_run_at_once_than_the_dispatcher_has_slots(tmp_path: 
         assert widest == slots
         status = done(http, instance, timeout=60)
         assert status["runtimeStatus"] == "Completed" and len(status["output"]) == slots + 5
+
+
+def test_storage_conflicts_and_gone_messages_end_in_the_runtimes_branches() -> None:
+    """The storage outcomes the runtime branches on (real Azurite, no host): a history commit against a
+    moved or existing sentinel is a ``HistoryConflict`` (the episode is discarded), an instance row's
+    create or conditional update that loses is a 409 / 412 error, an absent row reads as ``None``; a
+    message whose pop receipt went stale is ``MessageGone`` to renew and nothing to delete."""
+    connection = os.environ.get("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+    hub = "hdst" + secrets.token_hex(5)
+
+    async def scenario() -> None:
+        storage = Storage(connection, TaskHubNames(hub, 1))
+        queues = Queues(storage)
+        try:
+            await storage.create_task_hub()
+            instance = "@orch@a/b?c"  # a key that needs escaping
+            event = {"EventType": TASK_SCHEDULED, "EventId": 0, "Name": "step <&> 'ü'"}
+            etag = await storage.commit_history(instance, "x1", 0, [event], {0: "m1"}, None, {"k": 1})
+            with pytest.raises(HistoryConflict):  # a second writer creating the sentinel: 409
+                await storage.commit_history(instance, "x1", 0, [event], {}, None, {})
+            moved = await storage.commit_history(instance, "x1", 1, [event], {}, etag, {})
+            with pytest.raises(HistoryConflict):  # a stale sentinel ETag: 412
+                await storage.commit_history(instance, "x1", 2, [event], {}, etag, {})
+            loaded = await storage.load_history(instance)
+            assert (loaded.etag, len(loaded.events), loaded.msg_ids) == (moved, 2, {"m1"})
+            assert loaded.events[0]["Name"] == "step <&> 'ü'"
+
+            assert await storage.read_instance(instance) is None
+            row = await storage.write_instance(instance, {"RuntimeStatus": "Pending", "Input": "x" * 40_000},
+                                               create=True)
+            with pytest.raises(ResourceExistsError):
+                await storage.write_instance(instance, {"RuntimeStatus": "Pending"}, create=True)
+            await storage.write_instance(instance, {"RuntimeStatus": "Running"})  # a merge moves the ETag on
+            with pytest.raises(ResourceModifiedError):
+                await storage.write_instance(instance, {"RuntimeStatus": "Completed"}, etag=row)
+            read = await storage.read_instance(instance)
+            assert read is not None and read["RuntimeStatus"] == "Running" and read["Input"] == "x" * 40_000
+
+            queue = storage.names.control_queue(0)
+            sent = await queues.send(queue, Envelope(instance, {"EventType": TASK_COMPLETED, "Result": "<&>"}))
+            [got] = await queues.receive(queue, 32, timedelta(seconds=30))
+            assert (got.message_id, got.dequeue_count, got.envelope.event["Result"]) == (sent.message_id, 1, "<&>")
+            assert await queues.receive(queue, 32, timedelta(seconds=30)) == []  # invisible while held
+            await queues.delete(got)
+            await queues.delete(got)  # already gone: nothing to do
+            with pytest.raises(MessageGone):
+                await queues.update(got, 5)
+        finally:
+            await storage.delete_task_hub()
+            await storage.close()
+
+    asyncio.run(scenario())

@@ -32,7 +32,6 @@ from typing import Any
 
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
-from . import lean
 from .store import Storage
 
 MAX_INLINE_CHARS = 45_000  # a queue message holds 64 KiB; DTFx moves larger payloads to a blob
@@ -129,20 +128,23 @@ class Queues:
         content = await self._encode(envelope)
         visibility = math.ceil(min(max(0.0, visibility_s), MAX_VISIBILITY_S))
         self.calls.add("queue.send")
-        message_id, pop_receipt = await lean.send_message(self._client(queue), content, visibility or None)
-        return Delivery(queue, message_id, pop_receipt, int(held), envelope, time.time() + visibility)
+        sent = await self._client(queue).send_message(content, visibility_timeout=visibility or None)
+        return Delivery(queue, sent.id, sent.pop_receipt, int(held), envelope, time.time() + visibility)
 
     async def receive(self, queue: str, count: int, visibility: timedelta) -> list[Delivery]:
         self.calls.add("queue.receive")
         seconds = max(1, int(visibility.total_seconds()))
-        messages = await lean.receive_messages(self._client(queue), max(1, min(32, count)), seconds)
+        pages = self._client(queue).receive_messages(messages_per_page=max(1, min(32, count)),
+                                                     visibility_timeout=seconds).by_page()
+        page = await anext(pages, None)  # the first page only: one GET, as DTFx (an empty queue ends the pager)
+        messages = [message async for message in page] if page is not None else []
         deliveries = []
         for message in messages:
             try:
                 envelope = await self._decode(message.content)
             except Exception:  # a message the double cannot read: leave it for a later look, like DTFx
                 continue
-            count = message.dequeue_count + int(envelope.held)
+            count = (message.dequeue_count or 1) + int(envelope.held)
             deliveries.append(Delivery(queue, message.id, message.pop_receipt, count, envelope, time.time() + seconds))
         return deliveries
 
@@ -164,7 +166,7 @@ class Queues:
     async def delete(self, delivery: Delivery) -> None:
         self.calls.add("queue.delete")
         try:
-            await lean.delete_message(self._client(delivery.queue), delivery.message_id, delivery.pop_receipt)
+            await self._client(delivery.queue).delete_message(delivery.message_id, delivery.pop_receipt)
         except ResourceNotFoundError:
             pass
         except HttpResponseError as error:

@@ -32,15 +32,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableServiceClient
 from azure.storage.blob.aio import BlobServiceClient
 from azure.storage.queue.aio import QueueServiceClient
 
-from . import lean
-from .batch import use_lean_transactions
 from .history import EVENT_NAMES
 
 SENTINEL = "sentinel"
@@ -48,6 +48,9 @@ MAX_PROPERTY_CHARS = 30_000  # a Table string property holds 64 KiB of UTF-16 (D
 MAX_BATCH = 99  # a Table batch holds 100 operations; one is kept for the sentinel
 _CONNECT_TIMEOUT_S = 3.0
 _READ_TIMEOUT_S = 15.0
+# How long an idle connection stays pooled: .NET's SocketsHttpHandler.PooledConnectionIdleTimeout (60 s),
+# the pool the real host's storage clients use (scripts/azurite.sh keeps Azurite's side open for 120 s).
+_KEEP_ALIVE_S = 60.0
 
 
 class HistoryConflict(Exception):
@@ -147,18 +150,26 @@ class Storage:
         # use_env_settings=False: aiohttp otherwise looks up proxy variables and ~/.netrc on every request.
         common: dict[str, Any] = {"connection_timeout": _CONNECT_TIMEOUT_S, "read_timeout": _READ_TIMEOUT_S,
                                   "retry_total": 3, "use_env_settings": False}
-        # Only the pipeline policies that change a request (see lean.py): the rest is the SDK's overhead.
-        self.tables = lean.trim_table_service(TableServiceClient.from_connection_string(connection_string, **common))
-        self.queues = lean.trim_queue_service(QueueServiceClient.from_connection_string(connection_string, **common))
-        self.blobs = lean.lean_blob_service(BlobServiceClient.from_connection_string(connection_string, **common))
+        # One aiohttp session (made, as aiohttp requires, inside the running event loop) under all three
+        # services, its idle connections kept as the real host's pool keeps them; the session's settings
+        # are those the SDK's transport gives the session it makes itself.
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(keepalive_timeout=_KEEP_ALIVE_S), trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False)
+
+        def transport() -> AioHttpTransport:
+            return AioHttpTransport(session=self._session, session_owner=False)
+
+        self.tables = TableServiceClient.from_connection_string(connection_string, transport=transport(), **common)
+        self.queues = QueueServiceClient.from_connection_string(connection_string, transport=transport(), **common)
+        self.blobs = BlobServiceClient.from_connection_string(connection_string, transport=transport(), **common)
         self.instances = self.tables.get_table_client(names.instances_table)
-        # History commits are table transactions; see batch.py for why the double writes their envelope.
-        self.history = use_lean_transactions(self.tables.get_table_client(names.history_table))
+        self.history = self.tables.get_table_client(names.history_table)
         self.large = self.blobs.get_container_client(names.large_container)
 
     async def close(self) -> None:
-        await asyncio.gather(self.tables.close(), self.queues.close(), self.blobs.close(),
-                             *lean.close_lean_transports(self.tables, self.queues, self.blobs), return_exceptions=True)
+        await asyncio.gather(self.tables.close(), self.queues.close(), self.blobs.close(), return_exceptions=True)
+        await self._session.close()
 
     # ------------------------------------------------------------------------------------------- task hub
     async def create_task_hub(self) -> None:
@@ -320,7 +331,7 @@ class Storage:
         """The instance row with ``Input``/``Output``/``CustomStatus``/``EntityState`` fetched, plus ``etag``."""
         self.calls.add("table.get")
         try:
-            row = await lean.get_entity(self.instances, escape_key(instance_id), "")
+            row = await self.instances.get_entity(escape_key(instance_id), "")
         except ResourceNotFoundError:
             return None
         return await self._materialise(dict(row), str(row.metadata["etag"]))
@@ -346,7 +357,14 @@ class Storage:
                 row[key] = value
         mode = UpdateMode.REPLACE if replace else UpdateMode.MERGE
         self.calls.add("table.create_entity" if create else "table.update" if etag is not None else "table.upsert")
-        return await lean.write_entity(self.instances, row, create=create, etag=etag, mode=mode)
+        if create:
+            written = await self.instances.create_entity(row)
+        elif etag is not None:
+            written = await self.instances.update_entity(row, mode=mode, etag=etag,
+                                                         match_condition=MatchConditions.IfNotModified)
+        else:
+            written = await self.instances.upsert_entity(row, mode=mode)
+        return str(written.get("etag", ""))
 
     async def delete_instance(self, instance_id: str) -> None:
         self.calls.add("table.delete")

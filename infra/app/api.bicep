@@ -36,10 +36,10 @@ param instanceMemoryMB int = 2048
 // Measured with bench/stream_capacity.py --mode held (one worker; N slow streams held open, one event a
 // second each, while short streamed creates and reconnects are timed): with 100 streams held open a new
 // stream's median first event stayed within 1.4x of an idle worker's and the held streams' events kept their
-// 1 s pace (p95 gap under 1.03 s); at 200 it was 1.4-2.3x; worker RSS 113-118 MB at 100 (94 idle). A higher rate
-// of creates and phases is limited by storage round trips, not by how many streams an instance holds
-// (docs/PERFORMANCE.md, "Instances for N concurrent streams"). At 100, maximumInstanceCount (100) caps the
-// app at 10,000 open streams.
+// 1 s pace (p95 gap under 1.03 s); at 200 it was 1.4-2.3x, at 300 7.7x; worker RSS 113-119 MB at 100 (94
+// idle). A high rate of creates and phases is limited by storage round trips and the Durable group's
+// instances, not by how many streams an HTTP instance holds (docs/PERFORMANCE.md, "Instances for N
+// concurrent streams"). At 100, maximumInstanceCount (100) caps the app at 10,000 open streams.
 @minValue(1)
 @maxValue(1000)
 param httpPerInstanceConcurrency int = 100

@@ -52,17 +52,18 @@ def _json_kind(value: object) -> str:
     return type(value).__name__
 
 
+def _type_tail(expected: str, value: object) -> str:
+    """How every type error's message ends, after ``Invalid type for '<param>'``."""
+    return f": expected {expected}, but got {_json_kind(value)} instead."
+
+
 def _fail(param: str | None, code: str, message: str, *, status: int = 400) -> NoReturn:
     raise PydanticCustomError("api_error", "{message}",
                               {"param": param, "code": code, "message": message, "status": status})
 
 
 def _fail_type(param: str, expected: str, value: object) -> NoReturn:
-    _fail(
-        param,
-        errors.CODE_INVALID_TYPE,
-        f"Invalid type for '{param}': expected {expected}, but got {_json_kind(value)} instead.",
-    )
+    _fail(param, errors.CODE_INVALID_TYPE, f"Invalid type for '{param}'{_type_tail(expected, value)}")
 
 
 def _fail_value(param: str | None, detail: str) -> NoReturn:
@@ -84,8 +85,7 @@ def _fail_here(code: str, head: str, tail: str, suffix: str = "") -> NoReturn:
 
 
 def fail_type_here(expected: str, value: object) -> NoReturn:
-    _fail_here(errors.CODE_INVALID_TYPE, "Invalid type for",
-               f": expected {expected}, but got {_json_kind(value)} instead.")
+    _fail_here(errors.CODE_INVALID_TYPE, "Invalid type for", _type_tail(expected, value))
 
 
 def fail_value_here(detail: str, *, suffix: str = "") -> NoReturn:
@@ -157,8 +157,7 @@ def _tag_error(error: ErrorDetails, param: str | None) -> ApiError:
     ctx = error.get("ctx") or {}
     value = error["input"]
     if not isinstance(value, dict):
-        got = _json_kind(value)
-        return invalid_request(f"Invalid type for '{param}': expected {ctx['expected']}, but got {got} instead.",
+        return invalid_request(f"Invalid type for '{param}'{_type_tail(str(ctx['expected']), value)}",
                                param=param, code=errors.CODE_INVALID_TYPE)
     at = f"{param}.type"
     missing = ctx["missing"]
@@ -190,12 +189,8 @@ def _api_error_of(error: ErrorDetails) -> ApiError:
     if error["type"].endswith("_type"):
         expected = _EXPECTED.get(error["type"])
         if expected is not None:
-            got = _json_kind(error["input"])
-            return invalid_request(
-                f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
-                param=param,
-                code=errors.CODE_INVALID_TYPE,
-            )
+            return invalid_request(f"Invalid type for '{param}'{_type_tail(expected, error['input'])}",
+                                   param=param, code=errors.CODE_INVALID_TYPE)
         return invalid_request(
             f"Invalid type for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_TYPE
         )

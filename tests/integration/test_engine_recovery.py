@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from resilient.agents.base import AgentRequest, Phase, PhaseContext
 from resilient.agents.research import BASE_PLAN, ResearchAgent, offline_words
@@ -25,7 +26,7 @@ from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import LostOwnership
-from resilient.storage.factory import Storage, build_storage
+from resilient.storage.factory import Storage, build_storage, open_storage
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.streamcheck import helper_final, rebuild_items
@@ -52,11 +53,23 @@ def settings() -> Settings:
     })
 
 
-@pytest.fixture(scope="module")
-def storage() -> Storage:
-    """In memory: these tests exercise the engine and the service, not storage (the contract tests in
-    test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
-    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+# In memory by default: these tests exercise the engine and the service, and the storage contract tests hold the
+# memory adapter to the Azurite one. The tests that prove a storage guarantee (the append fence, the row's ETag
+# CAS) run on Azurite too: ``@pytest.mark.adapters("memory", "azurite")``.
+STORAGE_ADAPTERS = ("memory",)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def storage(storage_adapter: str, settings: Settings) -> AsyncIterator[Storage]:
+    if storage_adapter == "memory":
+        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+        return
+    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
+    try:
+        yield opened
+    finally:
+        await opened.clients.delete_all()
+        await opened.close()
 
 
 class CrashingAgent(ResearchAgent):
@@ -370,6 +383,7 @@ class StallingAgent(ResearchAgent):
             yield delta
 
 
+@pytest.mark.adapters("memory", "azurite")
 async def test_zombie_writer_is_fenced_off(storage: Storage, settings: Settings) -> None:
     """A re-delivered phase and its original, which wakes up after the re-delivery took over: the original's
     next append is refused. (The original stalls instead of streaming on: a re-delivery only wins the end of
@@ -457,6 +471,7 @@ async def test_cancel_flag_turns_a_later_finalize_into_cancelled(storage: Storag
     assert [item["status"] for item in answer.body["output"]] == ["completed"]
 
 
+@pytest.mark.adapters("memory", "azurite")
 async def test_cancel_racing_completion_has_exactly_one_terminal(storage: Storage, settings: Settings) -> None:
     for _ in range(5):
         engine = Engine(storage, ResearchAgent(settings), settings)
@@ -490,6 +505,7 @@ async def test_steering_stops_the_phase_at_a_delta_boundary(storage: Storage, se
     assert events[-1]["response"]["output"][0]["status"] == "incomplete"
 
 
+@pytest.mark.adapters("memory", "azurite")
 async def test_finalize_is_idempotent(storage: Storage, settings: Settings) -> None:
     engine = Engine(storage, ResearchAgent(settings), settings)
     rid = await _create(storage, settings, phases=1, words=2)

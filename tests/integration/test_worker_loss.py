@@ -13,9 +13,11 @@ import json
 import os
 import secrets
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from resilient.agents.research import ResearchAgent
 from resilient.engine import orchestrator as orch
@@ -26,7 +28,7 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.controls import ControlBoard
-from resilient.storage.factory import Storage, build_storage
+from resilient.storage.factory import Storage, build_storage, open_storage
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import WORKER_EXIT, Durable, Injected
@@ -43,11 +45,23 @@ def settings() -> Settings:
     })
 
 
-@pytest.fixture(scope="module")
-def storage() -> Storage:
-    """In memory: these tests exercise the engine and the service, not storage (the contract tests in
-    test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
-    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+# In memory by default: these tests exercise the engine and the service, and the storage contract tests hold the
+# memory adapter to the Azurite one. The tests that prove a storage guarantee (the append fence, the row's ETag
+# CAS) run on Azurite too: ``@pytest.mark.adapters("memory", "azurite")``.
+STORAGE_ADAPTERS = ("memory",)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def storage(storage_adapter: str, settings: Settings) -> AsyncIterator[Storage]:
+    if storage_adapter == "memory":
+        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+        return
+    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
+    try:
+        yield opened
+    finally:
+        await opened.clients.delete_all()
+        await opened.close()
 
 
 def _rig(storage: Storage, settings: Settings) -> tuple[Durable, ResponsesService]:
@@ -86,6 +100,7 @@ async def _texts(storage: Storage, rid: str) -> list[str]:
     return [text_of(item) for item in await storage.items.list_output_items(rid)]
 
 
+@pytest.mark.adapters("memory", "azurite")
 async def test_three_worker_deaths_inside_one_phase_complete_the_run(storage: Storage, settings: Settings) -> None:
     durable, service = _rig(storage, settings)
     clean = await _create(service, delay_ms=0)

@@ -86,8 +86,8 @@ async def mend_left_open(
     A run can end without another phase attempt after a dead one: its worker died mid-phase and the
     retry found the run cancelled or steered (it returns at once), or the crash budget ran out. The
     dead attempt's item is then still open in the stream (or closed but never checkpointed), and the
-    terminal event's output does not hold it. As before any re-run phase (R4), the item is closed
-    ``incomplete`` and a ``response.in_progress`` carrying the checkpointed output follows, so a client
+    terminal event's output does not hold it. The item is closed, as it is before any re-run phase (R4),
+    ``incomplete``, and a ``response.in_progress`` carrying the checkpointed output follows, so a client
     that rebuilds the output from the stream drops it and gets what ``GET`` returns.
     """
     events = storage.events

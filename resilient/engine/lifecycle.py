@@ -29,7 +29,8 @@ from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, Response
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
-# These rules and their log lines moved here from the HTTP layer; the lines keep its logger.
+# The lines these rules log describe API requests, so they go to the HTTP layer's logger (one place for an operator
+# to filter requests), although the rules are the engine's.
 log = logging.getLogger("resilient.http")
 
 DELETED_MARK = "deleted"  # doc key set by the one DELETE that wins; the row is 404 from then on

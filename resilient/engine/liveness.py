@@ -19,7 +19,7 @@ the log was last written (the storage service's Last-Modified, read with the wri
 orchestrator's crash timer and the queue visibility timeout are longer). A log written more recently is
 watched: if the phase gets checkpointed, this attempt is a duplicate and returns the checkpoint; once the
 log has been quiet for ``quiet_s`` (its writer died, or paused longer than any live writer's append
-window) this attempt takes over as before. Watching costs two storage reads per ``poll_s`` and happens
+window) this attempt takes over, fenced like any other. Watching costs two storage reads per ``poll_s`` and happens
 only on that rare path.
 """
 

@@ -56,7 +56,7 @@ class Shutdown:
 
     def install(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Handle SIGTERM on ``loop`` (the worker's): returns False where signals cannot be handled (not the
-        main thread, no signal support), and the process then ends on SIGTERM as before."""
+        main thread, no signal support); the process then ends on SIGTERM at once, with no drain."""
         previous = signal.getsignal(signal.SIGTERM)
 
         def handled() -> None:

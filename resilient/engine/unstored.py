@@ -74,7 +74,7 @@ async def abandon(storage: Storage, response_id: str) -> None:
 
 
 class _GaveUp(Exception):
-    """Every CAS of :func:`abandon` lost: leave the run alone, as before a retry loop ran out."""
+    """Every CAS of :func:`abandon` lost: the run keeps writing its row, so it is ending on its own; leave it."""
 
 
 class Detached:

@@ -131,7 +131,7 @@ class ResponseReader:
                 await self._nudge(response_id)
             return HttpResult(200, await self._response(response_id, record))
         # A reconnect: read the log while the row is checked (one round trip instead of two before the first
-        # event). Nothing read is sent unless the checks pass; they fail in the same order as ever.
+        # event). Nothing read is sent unless the checks pass; they are made in the order a plain read makes them.
         starting_after = _starting_after(query, headers)
         start = self.caches.remembered_log(response_id, starting_after)
         first_read = None if start is not None else self._early_read(response_id, starting_after)

@@ -35,7 +35,7 @@ def error_result(error: ApiError) -> HttpResult:
 
 @contextmanager
 def translated(response_id: str) -> Iterator[None]:
-    """The engine's refusals as the API's errors (the same codes, messages and statuses as ever)."""
+    """The engine's refusals as the API's errors: each refusal keeps its code and message, and gets its status."""
     try:
         yield
     except Invalid as invalid:  # before Refused: a subclass with another status

@@ -47,20 +47,12 @@ from typing import TYPE_CHECKING
 
 from resilient.agents.base import Agent
 from resilient.engine import conclude, planning
-from resilient.engine.agent_request import MAX_HISTORY_TURNS, previous_turn, request_from
+from resilient.engine.agent_request import previous_turn, request_from
 from resilient.engine.batching import Tuning
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness
-from resilient.engine.logtail import OPEN_ATTEMPTS, log_ended
-from resilient.engine.phase import (
-    DEFAULT_RETRY_AFTER_SECONDS,
-    NON_BACKGROUND_CRASH_MESSAGE,
-    PHASE_DEADLINE_MESSAGE,
-    run_attempt,
-)
-from resilient.engine.planning import MAX_PHASES
-from resilient.engine.pump import EAGER_OUTPUTS_BEFORE_A_YIELD, PENDING_SETTLE_S
-from resilient.engine.runmemo import REMEMBERED_RUNS, RunMemo
+from resilient.engine.phase import run_attempt
+from resilient.engine.runmemo import RunMemo
 from resilient.settings import Settings
 from resilient.storage.ports import JsonDict, ResponseRecord
 from resilient.telemetry import metrics, spans
@@ -68,20 +60,7 @@ from resilient.telemetry import metrics, spans
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
-__all__ = [
-    "DEFAULT_RETRY_AFTER_SECONDS",
-    "EAGER_OUTPUTS_BEFORE_A_YIELD",
-    "MAX_HISTORY_TURNS",
-    "MAX_PHASES",
-    "NON_BACKGROUND_CRASH_MESSAGE",
-    "OPEN_ATTEMPTS",
-    "PENDING_SETTLE_S",
-    "PHASE_DEADLINE_MESSAGE",
-    "REMEMBERED_RUNS",
-    "Engine",
-    "Tuning",
-    "log_ended",
-]
+__all__ = ["Engine", "Tuning"]
 
 log = logging.getLogger("resilient.engine")
 

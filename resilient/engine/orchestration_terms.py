@@ -17,6 +17,7 @@ from typing import Any
 
 JsonDict = dict[str, Any]
 
+ORCHESTRATOR = "responses_orchestrator"  # the orchestrator function's name: what a start names
 RUN_PHASE = "run_phase"
 FINALIZE = "finalize_response"
 MARK_QUEUED = "mark_queued"

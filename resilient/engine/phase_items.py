@@ -151,10 +151,6 @@ class PhaseItems:
     def calls(self) -> list[JsonDict]:
         return [item for item in self.items if item["type"] == "function_call"]
 
-    @property
-    def opened_any(self) -> bool:
-        return bool(self.items) or self._open is not None
-
     def shift(self, by: int) -> None:
         """Move every stream index of this attempt by ``by`` (the log grew before our first append)."""
         self.next_stream_index += by

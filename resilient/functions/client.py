@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from resilient.engine.activities import Engine
+from resilient.engine.orchestration_terms import ORCHESTRATOR
 from resilient.engine.repair import Repairer, RepairPolicy
 from resilient.functions.durable_bindings import DurableClient
-from resilient.http.service import ORCHESTRATOR_NAME
 
 
 class ClientRuntime:
@@ -21,7 +21,7 @@ class ClientRuntime:
     async def start(self, instance_id: str, payload: dict[str, Any]) -> None:
         """Also over a Completed/Failed/Terminated instance: the extension's default
         ``OverridableExistingInstanceStates`` starts a new execution there and refuses a running one."""
-        await self._client.get().start_new(ORCHESTRATOR_NAME, instance_id=instance_id, client_input=payload)
+        await self._client.get().start_new(ORCHESTRATOR, instance_id=instance_id, client_input=payload)
 
     async def raise_event(self, instance_id: str, name: str, data: Any) -> None:
         await self._client.get().raise_event(instance_id, name, data)

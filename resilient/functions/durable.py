@@ -36,7 +36,7 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
     runtime.configure(agent_factory)
     bp = DurableBlueprint()
 
-    @bp.orchestration_trigger(context_name="context", orchestration="responses_orchestrator")
+    @bp.orchestration_trigger(context_name="context", orchestration=terms.ORCHESTRATOR)
     def responses_orchestrator(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
         return (yield from orchestrator.response_orchestrator(context))
 

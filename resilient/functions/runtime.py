@@ -24,7 +24,7 @@ from resilient.settings import Settings
 from resilient.telemetry import setup as telemetry
 
 if TYPE_CHECKING:
-    from resilient.storage.factory import CreatedLocations, Storage
+    from resilient.storage.factory import CreatedLocations
 
 AgentFactory = Callable[[Settings], Agent]
 
@@ -41,10 +41,6 @@ def configure(agent_factory: AgentFactory) -> None:
     _agent_factory = agent_factory
     logs.install()
     telemetry.configure()
-
-
-async def storage() -> Storage:
-    return (await engine()).storage
 
 
 async def engine() -> Engine:

@@ -24,10 +24,6 @@ class HttpResult:
     stream: AsyncIterator[bytes] | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def is_stream(self) -> bool:
-        return self.stream is not None
-
 
 def error_result(error: ApiError) -> HttpResult:
     return HttpResult(error.status, error.body(), headers=error.headers())

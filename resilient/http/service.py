@@ -33,18 +33,11 @@ from typing import TYPE_CHECKING, Any
 from resilient.engine import lifecycle, turns
 from resilient.engine import orchestration_terms as terms
 from resilient.engine.instance import InstanceCaches
-from resilient.engine.lifecycle import (
-    CANCEL_POLL_SECONDS,
-    CANCEL_SETTLE_SECONDS,
-    DELETED_MARK,
-    RUN_OVER_WAIT_SECONDS,
-)
+from resilient.engine.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
 from resilient.engine.repair import Repairer
 from resilient.engine.snapshot import response_object
-from resilient.engine.turns import CHAIN_CAS_ATTEMPTS
 from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.reading import (
-    FINALIZE_GRACE_SECONDS,
     SSE_HEADERS,
     STREAM_LIMIT_NOTE,
     DurableRuntime,
@@ -68,15 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("resilient.http")
 
 __all__ = [
-    "CANCEL_POLL_SECONDS",
-    "CANCEL_SETTLE_SECONDS",
-    "CHAIN_CAS_ATTEMPTS",
-    "DELETED_MARK",
-    "FINALIZE_GRACE_SECONDS",
-    "MAX_BODY_BYTES",
-    "ORCHESTRATOR_NAME",
-    "RUN_OVER_WAIT_SECONDS",
-    "SSE_HEADERS",
     "STREAM_LIMIT_NOTE",
     "DurableRuntime",
     "HttpResult",
@@ -86,7 +70,6 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
-ORCHESTRATOR_NAME = "responses_orchestrator"
 
 
 CreatedHook = Callable[[ResponseRecord, list[dict[str, Any]]], None]

@@ -22,7 +22,7 @@ from resilient.engine.logtail import log_ended
 from resilient.engine.repair import DurableControl, Repairer
 from resilient.engine.snapshot import response_object
 from resilient.http.results import HttpResult, translated
-from resilient.http.streaming import tail_events
+from resilient.http.streaming import WAITED_FOR, tail_events
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol.params import parse_bool, parse_int
@@ -75,7 +75,7 @@ class ResponseReader:
         try:
             try:
                 async with asyncio.timeout(limit):
-                    async for _ in tail_events(self.storage.events, record.response_id, -1, keepalive_seconds=None,
+                    async for _ in tail_events(self.storage.events, record.response_id, -1, paces=WAITED_FOR,
                                                finished=self._finished_probe(record.response_id), start=created,
                                                widen=self.caches.load_factor, feed=self.caches.feed):
                         pass

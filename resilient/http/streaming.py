@@ -22,11 +22,12 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 from resilient.protocol.events import TERMINAL_EVENT_TYPES
 from resilient.protocol.sse import KEEPALIVE
 from resilient.storage.errors import NotFound, StorageUnavailable
-from resilient.storage.feed import CommittedFeed
+from resilient.storage.feed import CommittedFeed, Subscription
 from resilient.storage.ports import CommittedBlock, EventLog, ReadCursor, ReadResult, StoredEvent
 
 log = logging.getLogger("resilient.http")
@@ -78,187 +79,285 @@ def _continues(block: CommittedBlock, cursor: ReadCursor) -> bool | None:
     return block.first_sequence_number <= cursor.last_sequence_number + 1
 
 
+@dataclass(frozen=True)
+class Paces:
+    """How often a tail reads storage, asks whether the run finished, and keeps its connection alive.
+
+    Under load every pace but ``poll_min`` stretches with the process's load factor (``widen``): a run lasts
+    longer then, and fixed paces would read storage more often per event just when the process has the least
+    CPU to spare; events that flow are still followed at ``poll_min``."""
+
+    poll_min: float = POLL_MIN_SECONDS
+    poll_max: float = POLL_MAX_SECONDS  # the idle back-off's ceiling
+    poll_while_local: float = POLL_WHILE_LOCAL_SECONDS
+    poll_while_expected: float = POLL_WHILE_EXPECTED_SECONDS
+    # ``finished`` is asked only after this long without new events, so a client that asked for a
+    # ``starting_after`` past the terminal event gets an empty, closed stream instead of an endless one.
+    finished_check_seconds: float = 2.0
+    keepalive_seconds: float | None = 15.0  # None: no keep-alive frames (nobody reads the bytes)
+
+
+STREAMED = Paces()
+WAITED_FOR = Paces(keepalive_seconds=None)  # a synchronous request's tail: it only waits for the terminal event
+
+
 async def tail_events(
     events: EventLog,
     response_id: str,
     starting_after: int,
     *,
     feed: CommittedFeed,
-    keepalive_seconds: float | None = 15.0,
-    poll_min: float = POLL_MIN_SECONDS,
-    poll_max: float = POLL_MAX_SECONDS,
-    poll_while_local: float = POLL_WHILE_LOCAL_SECONDS,
-    poll_while_expected: float = POLL_WHILE_EXPECTED_SECONDS,
+    paces: Paces = STREAMED,
     finished: Callable[[], Awaitable[bool]] | None = None,
-    finished_check_seconds: float = 2.0,
     start: CommittedBlock | None = None,
     first_read: asyncio.Future[ReadResult] | None = None,
     widen: Callable[[], float] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield stored SSE frames with ``sequence_number > starting_after`` until the terminal one.
 
-    ``finished`` (optional) tells whether the response reached a terminal status; it is asked only after
-    ``finished_check_seconds`` without new events, so a client that asked for a ``starting_after`` past
-    the terminal event gets an empty, closed stream instead of an endless one. ``start`` (optional) is a
-    block this process just committed that begins right after ``starting_after`` (the stream of a create):
-    the stream starts from it instead of reading storage. ``first_read`` (optional) is the first storage
-    read, ``events.read_after(response_id, starting_after)``, already started by the caller. ``widen``
-    (optional, the process's load factor) stretches every pace but the shortest: the safety-net polls while
-    the run is written or expected here, the idle back-off's ceiling, the ``finished`` checks and the grace
-    for a local writer's publish. Under load a run lasts longer, and fixed paces would read storage more
-    often per event just then; events that flow are still followed at ``poll_min``.
+    ``finished`` (optional) tells whether the response reached a terminal status (see :class:`Paces` for
+    when it is asked). ``start`` (optional) is a block this process just committed that begins right after
+    ``starting_after`` (the stream of a create): the stream starts from it instead of reading storage.
+    ``first_read`` (optional) is the first storage read, ``events.read_after(response_id, starting_after)``,
+    already started by the caller. ``widen`` (optional, the process's load factor) stretches the paces.
     """
     try:
         with feed.subscribe(response_id) as local:
-            cursor: ReadCursor | None = None
-            frames = _Frames(starting_after)
-            delay = poll_min  # the storage poll interval while no writer is known to be here (backs off)
-            last_read = time.monotonic()  # the first read is from storage ...
+            tail = _Tail(events, response_id, starting_after, feed, local, paces, finished, first_read, widen)
             if start is not None and start.events and start.first_sequence_number <= starting_after + 1:
-                frames.add(start.events)  # ... unless it is known already
-                cursor = start.cursor
-            remote_until = 0.0
-            unpublished: tuple[int, float] | None = None  # (sequence number storage had, deadline for the feed)
-            last_output = time.monotonic()
-            outage_since: float | None = None
-            next_finished_check = time.monotonic() + finished_check_seconds
-            finished_seen = False
-            was_here = False
-            was_writing = False  # a phase of this response streamed here at the last look
-            phase_ended_at = 0.0  # when the last phase written here ended (the gap between activities began)
-            expected_delay = poll_while_expected  # the poll interval between activities expected here
-            must_read = False  # a gap in the feed: read storage, whatever other readers here found
-            storage_due = last_read + (0.0 if cursor is None else delay)
-            while True:
-                got_events = False
-                empty_read = False
-                deferred = False
-                slack = 1.0 if widen is None else widen()
-                shared = feed.last_storage_read(response_id) if cursor is not None and not must_read else None
-                if shared is not None and cursor is not None and time.monotonic() >= storage_due and \
-                        shared[0] > last_read and shared[1] <= cursor.last_sequence_number:
-                    # Another reader here read storage since we did and found nothing we lack: that was our poll.
-                    last_read = shared[0]
-                    delay = min(poll_max * slack, delay * 2)
-                elif cursor is not None and not must_read and time.monotonic() >= storage_due and \
-                        feed.storage_read_since(response_id, last_read):
-                    # Another reader here is reading the log right now (readers of one response poll on one
-                    # schedule): wait for its result, which is our poll unless it finds something we lack.
-                    deferred = True
-                elif cursor is None or time.monotonic() >= storage_due:
-                    must_read = False
-                    with feed.storage_read(response_id):  # ends after the read is noted: waiters see it
-                        try:
-                            if cursor is None and first_read is not None:
-                                result = await first_read
-                                first_read = None
-                            elif cursor is None:
-                                result = await events.read_after(response_id, starting_after)
-                            else:
-                                result = await events.read_more(response_id, cursor)
-                            outage_since = None
-                        except NotFound:
-                            return  # deleted while streaming: nothing more will come
-                        except StorageUnavailable:
-                            outage_since = outage_since or time.monotonic()
-                            if time.monotonic() - outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
-                                log.warning("storage unavailable too long; ending stream",
-                                            extra={"response_id": response_id})
-                                return  # the client reconnects with starting_after and misses nothing
-                            result = None
-                        last_read = time.monotonic()
-                        if result is not None:
-                            newest = result.events[-1].sequence_number if result.events else -1
-                            if newest > feed.published_through(response_id) and unpublished is None:
-                                unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS * slack)
-                            cursor = result.cursor
-                            got_events = bool(result.events)
-                            empty_read = not got_events
-                            frames.add(result.events)
-                            feed.note_storage_read(response_id, last_read, cursor.last_sequence_number)
-                    delay = poll_min if got_events else min(poll_max * slack, delay * 2)
-                gap = False
-                if cursor is not None:
-                    blocks, gap = local.drain()
-                    for block in blocks:
-                        continues = _continues(block, cursor)
-                        if continues is None:
-                            continue
-                        if not continues:
-                            gap = True  # committed before we subscribed, or dropped: storage has it all
-                            break
-                        frames.add(block.events)
-                        cursor = block.cursor
-                        got_events = True
-                if frames.chunks:
-                    yield frames.take()
-                    if frames.terminal:
-                        return
-                now = time.monotonic()
-                if got_events:
-                    last_output = now
-                    next_finished_check = now + finished_check_seconds * slack
-                if gap:
-                    storage_due, must_read = now, True
-                    continue
-                # When to poll storage next: rarely while a phase streams here (its blocks come through the
-                # feed), at a moderate pace while the run's next activity is expected here, else backing off.
-                if unpublished is not None and feed.published_through(response_id) >= unpublished[0]:
-                    unpublished = None  # the read only overtook a local writer's publish
-                elif unpublished is not None and now >= unpublished[1]:
-                    unpublished, remote_until = None, now + REMOTE_WRITER_SECONDS  # written by another process
-                trust_here = now >= remote_until
-                if got_events:
-                    expected_delay = poll_while_expected
-                poll_from = last_read
-                writing = trust_here and feed.writing_here(response_id)
-                if writing:
-                    interval, here = poll_while_local * slack, True
-                elif trust_here and feed.expected_here(response_id):
-                    if was_writing:
-                        phase_ended_at = now
-                    if empty_read and was_here:  # backs off (in unwidened seconds) up to the local pace
-                        expected_delay = min(max(poll_while_local, poll_while_expected), expected_delay * 2)
-                    interval, here = max(expected_delay * slack, delay), True
-                    # Between two activities the next one cannot have appended before the phase here ended
-                    # (the orchestration schedules it only then), so the first poll of the gap is one interval
-                    # after that end, not one after the last read (which, after a long phase, is at once).
-                    poll_from = max(last_read, phase_ended_at)
-                else:
-                    expected_delay = poll_while_expected
-                    if was_here or got_events:
-                        delay = poll_min  # the run left this process, or events flow: they may come from anywhere
-                    interval, here = delay, False
-                was_here, was_writing = here, writing
-                storage_due = poll_from + interval
-                if got_events:
-                    continue
-                if empty_read and finished_seen:
-                    return  # terminal status seen before this (empty) read: the terminal event was skipped
-                if finished is not None and now >= next_finished_check and here:
-                    next_finished_check = now + finished_check_seconds * slack  # a run here: it has not finished yet
-                elif finished is not None and now >= next_finished_check:
-                    next_finished_check = now + finished_check_seconds * slack
-                    try:
-                        finished_seen = await finished()
-                    except (NotFound, StorageUnavailable):
-                        finished_seen = False
-                    if finished_seen:
-                        storage_due = time.monotonic()
-                        continue  # read once more: the terminal event may have landed just now
-                if keepalive_seconds is not None and time.monotonic() - last_output >= keepalive_seconds:
-                    yield KEEPALIVE
-                    last_output = time.monotonic()
-                # Deferred to another reader's read: its end wakes us (the bound is only a safety net).
-                wait = poll_max * slack if deferred else storage_due - time.monotonic()
-                if keepalive_seconds is not None:
-                    wait = min(wait, last_output + keepalive_seconds - time.monotonic())
-                if finished is not None:
-                    wait = min(wait, next_finished_check - time.monotonic())
-                if unpublished is not None:
-                    wait = min(wait, unpublished[1] - time.monotonic())
-                if wait > 0:
-                    await local.wait(wait)  # a block committed in this process wakes us at once
+                tail.frames.add(start.events)  # the first read is from storage, unless it is known already
+                tail.cursor = start.cursor
+                tail.storage_due = tail.last_read + tail.delay
+            async for chunk in tail.follow():
+                yield chunk
     finally:
         if first_read is not None and not first_read.done():
             first_read.cancel()  # the client left before the first read was needed
+
+
+class _StreamOver(Exception):
+    """Nothing more will come from storage: the log was deleted, or storage stayed unavailable too long."""
+
+
+@dataclass
+class _Round:
+    """What one round of the tail's loop found."""
+
+    got_events: bool = False
+    empty_read: bool = False  # a storage read that found nothing new
+    deferred: bool = False  # another reader here was reading storage: its result stands for ours
+
+
+@dataclass
+class _Tail:
+    """One tail's state between rounds: where it stands in the log, and when it reads storage next.
+
+    Each round reads storage when due (or takes another reader's read here as its own), drains the blocks
+    this process committed, sends what it collected, then schedules the next poll from where the run is
+    being written: rarely while a phase streams here, at a moderate pace while the run's next activity is
+    expected here, else backing off. Quiet rounds ask ``finished`` now and then and send keep-alives."""
+
+    events: EventLog
+    response_id: str
+    starting_after: int
+    feed: CommittedFeed
+    local: Subscription  # the blocks this process commits to the response's log
+    paces: Paces
+    finished: Callable[[], Awaitable[bool]] | None
+    first_read: asyncio.Future[ReadResult] | None
+    widen: Callable[[], float] | None
+    cursor: ReadCursor | None = None
+    frames: _Frames = field(init=False)
+    delay: float = field(init=False)  # the storage poll interval while no writer is known to be here
+    last_read: float = field(default_factory=time.monotonic)
+    storage_due: float = field(init=False)
+    remote_until: float = 0.0  # until then a writer elsewhere is assumed: the marks here are not trusted
+    unpublished: tuple[int, float] | None = None  # (sequence number storage had, deadline for the feed)
+    last_output: float = field(default_factory=time.monotonic)
+    outage_since: float | None = None
+    next_finished_check: float = field(init=False)
+    finished_seen: bool = False
+    was_here: bool = False
+    was_writing: bool = False  # a phase of this response streamed here at the last look
+    phase_ended_at: float = 0.0  # when the last phase written here ended (the gap between activities began)
+    expected_delay: float = field(init=False)  # the poll interval between activities expected here
+    must_read: bool = False  # a gap in the feed: read storage, whatever other readers here found
+    slack: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.frames = _Frames(self.starting_after)
+        self.delay = self.paces.poll_min
+        self.storage_due = self.last_read
+        self.next_finished_check = time.monotonic() + self.paces.finished_check_seconds
+        self.expected_delay = self.paces.poll_while_expected
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        """The tail's rounds, until the terminal event is sent or nothing more can come."""
+        while True:
+            found = _Round()
+            self.slack = 1.0 if self.widen is None else self.widen()
+            try:
+                await self._read_storage_when_due(found)
+            except _StreamOver:
+                return
+            gap = self._drain_feed(found)
+            if self.frames.chunks:
+                yield self.frames.take()
+                if self.frames.terminal:
+                    return
+            now = time.monotonic()
+            if found.got_events:
+                self.last_output = now
+                self.next_finished_check = now + self.paces.finished_check_seconds * self.slack
+            if gap:
+                self.storage_due, self.must_read = now, True
+                continue
+            here = self._schedule_next_poll(now, found)
+            if found.got_events:
+                continue
+            if found.empty_read and self.finished_seen:
+                return  # terminal status seen before this (empty) read: the terminal event was skipped
+            if await self._finished_now(now, here):
+                self.storage_due = time.monotonic()
+                continue  # read once more: the terminal event may have landed just now
+            if self._keepalive_due():
+                yield KEEPALIVE
+                self.last_output = time.monotonic()
+            await self._wait(found.deferred)
+
+    async def _read_storage_when_due(self, found: _Round) -> None:
+        """Read storage if this tail's poll is due, unless another reader here just read (or is reading) it."""
+        cursor, rid = self.cursor, self.response_id
+        due = time.monotonic() >= self.storage_due
+        shared = self.feed.last_storage_read(rid) if cursor is not None and not self.must_read else None
+        if shared is not None and cursor is not None and due and \
+                shared[0] > self.last_read and shared[1] <= cursor.last_sequence_number:
+            # Another reader here read storage since we did and found nothing we lack: that was our poll.
+            self.last_read = shared[0]
+            self.delay = min(self.paces.poll_max * self.slack, self.delay * 2)
+        elif cursor is not None and not self.must_read and due and self.feed.storage_read_since(rid, self.last_read):
+            # Another reader here is reading the log right now (readers of one response poll on one
+            # schedule): wait for its result, which is our poll unless it finds something we lack.
+            found.deferred = True
+        elif cursor is None or due:
+            self.must_read = False
+            with self.feed.storage_read(rid):  # ends after the read is noted: waiters see it
+                result = await self._read()
+                self.last_read = time.monotonic()
+                if result is not None:
+                    self._take(result, found)
+            self.delay = self.paces.poll_min if found.got_events else \
+                min(self.paces.poll_max * self.slack, self.delay * 2)
+
+    async def _read(self) -> ReadResult | None:
+        """One storage read after what this tail has; None while storage is unavailable (for a while)."""
+        try:
+            if self.cursor is None and self.first_read is not None:
+                first, self.first_read = self.first_read, None
+                result = await first
+            elif self.cursor is None:
+                result = await self.events.read_after(self.response_id, self.starting_after)
+            else:
+                result = await self.events.read_more(self.response_id, self.cursor)
+        except NotFound:
+            raise _StreamOver from None  # deleted while streaming: nothing more will come
+        except StorageUnavailable:
+            self.outage_since = self.outage_since or time.monotonic()
+            if time.monotonic() - self.outage_since > STORAGE_OUTAGE_LIMIT_SECONDS:
+                log.warning("storage unavailable too long; ending stream", extra={"response_id": self.response_id})
+                raise _StreamOver from None  # the client reconnects with starting_after and misses nothing
+            return None
+        self.outage_since = None
+        return result
+
+    def _take(self, result: ReadResult, found: _Round) -> None:
+        """Collect a storage read's events, and note whether the feed here had published them yet."""
+        newest = result.events[-1].sequence_number if result.events else -1
+        if newest > self.feed.published_through(self.response_id) and self.unpublished is None:
+            self.unpublished = (newest, time.monotonic() + REMOTE_GRACE_SECONDS * self.slack)
+        self.cursor = result.cursor
+        found.got_events = bool(result.events)
+        found.empty_read = not found.got_events
+        self.frames.add(result.events)
+        self.feed.note_storage_read(self.response_id, self.last_read, self.cursor.last_sequence_number)
+
+    def _drain_feed(self, found: _Round) -> bool:
+        """Collect the blocks this process committed since the last round; True at a gap (storage has it all)."""
+        if self.cursor is None:
+            return False
+        blocks, gap = self.local.drain()
+        for block in blocks:
+            continues = _continues(block, self.cursor)
+            if continues is None:
+                continue
+            if not continues:
+                return True  # committed before we subscribed, or dropped
+            self.frames.add(block.events)
+            self.cursor = block.cursor
+            found.got_events = True
+        return bool(gap)
+
+    def _schedule_next_poll(self, now: float, found: _Round) -> bool:
+        """When to poll storage next, from where the run is being written; True while it is written (or its
+        next activity expected) here."""
+        rid, paces, slack = self.response_id, self.paces, self.slack
+        if self.unpublished is not None and self.feed.published_through(rid) >= self.unpublished[0]:
+            self.unpublished = None  # the read only overtook a local writer's publish
+        elif self.unpublished is not None and now >= self.unpublished[1]:
+            self.unpublished, self.remote_until = None, now + REMOTE_WRITER_SECONDS  # written by another process
+        trust_here = now >= self.remote_until
+        if found.got_events:
+            self.expected_delay = paces.poll_while_expected
+        poll_from = self.last_read
+        writing = trust_here and self.feed.writing_here(rid)
+        if writing:
+            interval, here = paces.poll_while_local * slack, True
+        elif trust_here and self.feed.expected_here(rid):
+            if self.was_writing:
+                self.phase_ended_at = now
+            if found.empty_read and self.was_here:  # backs off (in unwidened seconds) up to the local pace
+                self.expected_delay = min(max(paces.poll_while_local, paces.poll_while_expected),
+                                          self.expected_delay * 2)
+            interval, here = max(self.expected_delay * slack, self.delay), True
+            # Between two activities the next one cannot have appended before the phase here ended (the
+            # orchestration schedules it only then), so the first poll of the gap is one interval after that
+            # end, not one after the last read (which, after a long phase, is at once).
+            poll_from = max(self.last_read, self.phase_ended_at)
+        else:
+            self.expected_delay = paces.poll_while_expected
+            if self.was_here or found.got_events:
+                self.delay = paces.poll_min  # the run left this process, or events flow: they may come from anywhere
+            interval, here = self.delay, False
+        self.was_here, self.was_writing = here, writing
+        self.storage_due = poll_from + interval
+        return here
+
+    async def _finished_now(self, now: float, here: bool) -> bool:
+        """Whether the run reached a terminal status, asked when its check is due and no phase runs here."""
+        if self.finished is None or now < self.next_finished_check:
+            return False
+        self.next_finished_check = now + self.paces.finished_check_seconds * self.slack
+        if here:
+            return False  # a run here: it has not finished yet
+        try:
+            self.finished_seen = await self.finished()
+        except (NotFound, StorageUnavailable):
+            self.finished_seen = False
+        return self.finished_seen
+
+    def _keepalive_due(self) -> bool:
+        keepalive = self.paces.keepalive_seconds
+        return keepalive is not None and time.monotonic() - self.last_output >= keepalive
+
+    async def _wait(self, deferred: bool) -> None:
+        """Sleep until the next thing due; a block committed in this process wakes the tail at once."""
+        # Deferred to another reader's read: its end wakes us (the bound is only a safety net).
+        wait = self.paces.poll_max * self.slack if deferred else self.storage_due - time.monotonic()
+        if self.paces.keepalive_seconds is not None:
+            wait = min(wait, self.last_output + self.paces.keepalive_seconds - time.monotonic())
+        if self.finished is not None:
+            wait = min(wait, self.next_finished_check - time.monotonic())
+        if self.unpublished is not None:
+            wait = min(wait, self.unpublished[1] - time.monotonic())
+        if wait > 0:
+            await self.local.wait(wait)

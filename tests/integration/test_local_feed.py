@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from resilient.http.streaming import tail_events
+from resilient.http.streaming import WAITED_FOR, Paces, tail_events
 from resilient.protocol.sse import parse_frame
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.factory import Storage
@@ -46,9 +46,16 @@ def sequence_numbers(chunks: list[bytes]) -> list[int]:
     return [parse_frame(frame + b"\n\n")[0] for frame in frames]
 
 
+def _paced(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the paces among them (``poll_min=…``) gathered into one :class:`Paces` (no keep-alives)."""
+    fields = set(Paces.__dataclass_fields__)
+    paces = Paces(**{"keepalive_seconds": None, **{k: v for k, v in options.items() if k in fields}})
+    return {"paces": paces, **{k: v for k, v in options.items() if k not in fields}}
+
+
 async def collect(log: BlobEventLog, rid: str, feed: CommittedFeed, **options: Any) -> list[bytes]:
     chunks: list[bytes] = []
-    async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, **options):
+    async for chunk in tail_events(log, rid, -1, feed=feed, **_paced(options)):
         chunks.append(chunk)
     return chunks
 
@@ -91,7 +98,7 @@ async def test_a_block_that_does_not_continue_the_reader_sends_it_to_storage(sto
     feed = CommittedFeed()
     log = reader_log(storage)
     with feed.writing(rid):  # a phase streams "here": the reader does not poll storage on its own (60 s)
-        tail = tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, poll_while_local=60.0)
+        tail = tail_events(log, rid, -1, feed=feed, paces=Paces(keepalive_seconds=None, poll_while_local=60.0))
         chunks = [await anext(tail)]  # event 0, from storage
         await writer.append([delta(1), delta(2)])  # events 1, 2: not published to this feed
         await writer.append([completed()])  # event 3, published with a gap before it:
@@ -108,7 +115,7 @@ async def test_a_reader_that_falls_behind_catches_up_from_storage(storage: Stora
     log = reader_log(storage)
     got: list[bytes] = []
     with feed.writing(rid):
-        tail = tail_events(log, rid, -1, keepalive_seconds=None, feed=feed)
+        tail = tail_events(log, rid, -1, feed=feed, paces=WAITED_FOR)
         got.append(await anext(tail))  # event 0; the reader now stalls (a slow client)
         for n in range(10):
             block_events = [delta(n)]
@@ -152,8 +159,8 @@ async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reade
 
 async def collect_from(log: BlobEventLog, rid: str, feed: CommittedFeed, start: CommittedBlock,
                        **options: Any) -> list[bytes]:
-    return [chunk async for chunk in tail_events(log, rid, -1, keepalive_seconds=None, feed=feed, start=start,
-                                                 **options)]
+    return [chunk async for chunk in tail_events(log, rid, -1, feed=feed, start=start,
+                                                 **_paced(options))]
 
 
 @pytest.mark.parametrize("state", ["writing", "expected", "elsewhere"])

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from resilient.engine import recovery
 from resilient.engine.liveness import Liveness, behind_live_writer
-from resilient.engine.logtail import OPEN_ATTEMPTS
 from resilient.engine.phase_items import PhaseItems
 from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
+from resilient.storage.cas import LOG_END_ATTEMPTS
 from resilient.storage.errors import LostOwnership
 from resilient.storage.ports import EventWriter, JsonDict, ResponseRecord
 from resilient.telemetry import metrics, spans
@@ -89,7 +89,7 @@ class Claim:
         storage = self._storage
         rid = self._record.response_id
         batch = list(events)
-        for _ in range(OPEN_ATTEMPTS):
+        for _ in range(LOG_END_ATTEMPTS):
             try:
                 last = await self._writer.append([*self._head, *batch])
                 self.appended = True

@@ -20,7 +20,7 @@ from resilient.engine.snapshot import response_object
 from resilient.protocol import events as ev
 from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens, usage_for
-from resilient.storage.cas import retry_cas
+from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import LostOwnership, NotFound, PreconditionFailed
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("resilient.engine")
 
-CONCLUDE_ATTEMPTS = 50
 ESTIMATED_USAGE_KEY = "usage_estimated"  # in a row's document: the agent has no model to count tokens
 
 
@@ -152,7 +151,7 @@ async def conclude(storage: Storage, response_id: str, output: Sequence[JsonDict
         # a lost CAS: the row changed (a cancel flag, a pending-input count): decide again
         return await responses.replace(record, status=status, doc_changes=changes)
 
-    return await retry_cas(attempt, CONCLUDE_ATTEMPTS, lambda: PreconditionFailed(
+    return await retry_cas(attempt, ROW_CAS_ATTEMPTS, lambda: PreconditionFailed(
         f"response {response_id!r}: the terminal transition kept losing the CAS"))
 
 

@@ -22,7 +22,7 @@ from resilient.engine.snapshot import response_object
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol import events as ev
-from resilient.storage.cas import retry_cas
+from resilient.storage.cas import CHAIN_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import InvalidTransition, NotFound
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
 
@@ -110,7 +110,7 @@ async def raise_cancel_flag(storage: Storage, response_id: str) -> ResponseRecor
                                            doc_changes={"completed_at": int(time.time())})
         return await responses.replace(record, cancel_requested=True)
 
-    return await retry_cas(attempt, turns.CHAIN_CAS_ATTEMPTS, Contended)
+    return await retry_cas(attempt, CHAIN_CAS_ATTEMPTS, Contended)
 
 
 async def await_settled_cancel(storage: Storage, response_id: str, settle_seconds: float) -> ResponseRecord:
@@ -148,7 +148,7 @@ async def delete(storage: Storage, response_id: str) -> None:
         # a lost CAS: the row changed since it was read (maybe another DELETE won): look again
         await storage.responses.replace(record, doc_changes={DELETED_MARK: True})
 
-    await retry_cas(attempt, turns.CHAIN_CAS_ATTEMPTS, Contended)
+    await retry_cas(attempt, CHAIN_CAS_ATTEMPTS, Contended)
     await storage.items.delete_all(response_id)
     await storage.events.delete(response_id)
     await storage.responses.delete(response_id)

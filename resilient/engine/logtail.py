@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from resilient.protocol import events as ev
+from resilient.storage.cas import LOG_END_ATTEMPTS
 from resilient.storage.errors import LostOwnership, NotFound
 from resilient.storage.ports import EventLog, EventWriter, JsonDict
-
-OPEN_ATTEMPTS = 20
 
 
 async def append_at_end(events: EventLog, response_id: str,
@@ -21,7 +20,7 @@ async def append_at_end(events: EventLog, response_id: str,
     that stays true once true (e.g. "the terminal event is already there").
     """
     writer = events.take_writer(response_id)
-    for _ in range(OPEN_ATTEMPTS):
+    for _ in range(LOG_END_ATTEMPTS):
         if writer is None:
             writer = await events.open_writer(response_id)
         batch = decide(writer.last_event)

@@ -23,7 +23,6 @@ from resilient.engine.batching import Appender, Tuning
 from resilient.engine.claim import Claim, Superseded, head
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness, behind_live_writer
-from resilient.engine.logtail import OPEN_ATTEMPTS
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.pump import stream
 from resilient.engine.runmemo import RunMemo, RunMemory
@@ -31,7 +30,7 @@ from resilient.engine.shutdown import WorkerShuttingDown
 from resilient.engine.turns import STEERING_KEY
 from resilient.protocol.items import ItemStatus, text_of
 from resilient.settings import Settings
-from resilient.storage.cas import retry_cas
+from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, Control, EventWriter, JsonDict, ResponseRecord
 from resilient.telemetry import spans
@@ -299,7 +298,7 @@ async def merge_doc(storage: Storage, response_id: str, changes: JsonDict) -> No
         current = await storage.responses.get(response_id)
         await storage.responses.replace(current, doc_changes=changes)
 
-    await retry_cas(attempt, OPEN_ATTEMPTS,
+    await retry_cas(attempt, ROW_CAS_ATTEMPTS,
                     lambda: PreconditionFailed(f"could not record the phase of {response_id}"))
 
 

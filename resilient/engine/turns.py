@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from resilient.engine.refusals import Contended, Refused
 from resilient.protocol import errors
-from resilient.storage.cas import retry_cas
+from resilient.storage.cas import CHAIN_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import ACTIVE_STATUSES
 
@@ -20,7 +20,6 @@ STEERING_KEY = "steering"  # in a row's document: this turn was queued behind a 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
-CHAIN_CAS_ATTEMPTS = 20
 
 
 async def register_turn(storage: Storage, chain_id: str, response_id: str, previous: str | None, *,

@@ -28,7 +28,7 @@ from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from resilient.storage.cas import retry_cas
+from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import ACTIVE_STATUSES
 
@@ -40,7 +40,6 @@ log = logging.getLogger("resilient.engine")
 FINISHED_RUNTIME_STATUSES = frozenset({"Completed", "Failed", "Terminated"})
 PURGE_WAIT_SECONDS = 120.0
 PURGE_POLL_SECONDS = (0.05, 1.0)
-ABANDON_CAS_ATTEMPTS = 20
 
 
 
@@ -70,7 +69,7 @@ async def abandon(storage: Storage, response_id: str) -> None:
             await storage.responses.replace(record, cancel_requested=True)
 
     with suppress(NotFound, _GaveUp):  # gone, or the run keeps writing the row: it is ending anyway
-        await retry_cas(attempt, ABANDON_CAS_ATTEMPTS, _GaveUp)
+        await retry_cas(attempt, ROW_CAS_ATTEMPTS, _GaveUp)
 
 
 class _GaveUp(Exception):

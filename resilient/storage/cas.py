@@ -9,8 +9,11 @@ from collections.abc import Awaitable, Callable
 from resilient.storage.errors import InvalidTransition, PreconditionFailed
 from resilient.storage.ports import JsonDict, ResponseRecord, ResponseStore
 
-# A row's CAS loop that loses this many times in a row is being starved: surface it instead of spinning.
-ROW_CAS_ATTEMPTS = 50
+# One bound per kind of conditional write. A loop that loses this many times in a row is being starved:
+# it surfaces that instead of spinning.
+ROW_CAS_ATTEMPTS = 50  # a response row: status, document, control columns (ETag CAS)
+CHAIN_CAS_ATTEMPTS = 20  # a chain row: the turns registered on it (ETag CAS)
+LOG_END_ATTEMPTS = 20  # the end of a run's event log: an append fenced on the blob's append position
 
 
 async def retry_cas[T](attempt: Callable[[], Awaitable[T]], attempts: int,

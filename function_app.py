@@ -13,8 +13,10 @@ from resilient.functions.auth_level import http_auth_level
 from resilient.functions.durable import durable_blueprint
 from resilient.functions.http import http_blueprint
 from resilient.functions.maintenance import maintenance_blueprint
+from resilient.functions.runtime import ProcessRuntime
 
+process = ProcessRuntime(configured_agent)  # what this process's functions share (one worker per event loop)
 app = func.FunctionApp(http_auth_level=http_auth_level())
-app.register_functions(durable_blueprint(configured_agent))
-app.register_functions(http_blueprint())
-app.register_functions(maintenance_blueprint())
+app.register_functions(durable_blueprint(process))
+app.register_functions(http_blueprint(process))
+app.register_functions(maintenance_blueprint(process))

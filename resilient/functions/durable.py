@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from resilient.engine import chainlock, orchestrator, unstored
 from resilient.engine import orchestration_terms as terms
-from resilient.functions import runtime
 from resilient.functions.client import repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory
+from resilient.functions.runtime import ProcessRuntime
 from resilient.telemetry.spans import TRACE_PARENT_KEY, activity_span
 
 if TYPE_CHECKING:
@@ -31,9 +31,9 @@ def _args(payload: Any) -> dict[str, Any]:
     return dict(payload)
 
 
-def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
-    """Build the blueprint for ``agent_factory`` (called once by ``function_app.py``)."""
-    runtime.configure(agent_factory)
+def durable_blueprint(process: ProcessRuntime) -> DurableBlueprint:
+    """The orchestrator, its activities and the chain-lock entity, over ``process``'s workers (built once by
+    ``function_app.py``)."""
     bp = DurableBlueprint()
 
     @bp.orchestration_trigger(context_name="context", orchestration=terms.ORCHESTRATOR)
@@ -43,7 +43,7 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
     @bp.activity_trigger(input_name="payload", activity=terms.RUN_PHASE)
     async def run_phase(payload: Any) -> dict[str, Any]:
         args = _args(payload)
-        return await (await runtime.engine()).run_phase(str(args["response_id"]), int(args["index"]),
+        return await (await process.engine()).run_phase(str(args["response_id"]), int(args["index"]),
                                                         finalize=bool(args.get("finalize", False)),
                                                         plan=bool(args.get("plan", False)),
                                                         position=_position(args),
@@ -53,13 +53,13 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
     async def finalize_response(payload: Any) -> dict[str, Any]:
         args = _args(payload)
         traceparent = args.pop(TRACE_PARENT_KEY, None)
-        return await (await runtime.engine()).finalize(str(args["response_id"]), args, traceparent=traceparent)
+        return await (await process.engine()).finalize(str(args["response_id"]), args, traceparent=traceparent)
 
     @bp.activity_trigger(input_name="payload", activity=terms.MARK_QUEUED)
     async def mark_queued(payload: Any) -> dict[str, Any]:
         args = _args(payload)
         with _span(terms.MARK_QUEUED, args):
-            return await (await runtime.engine()).mark_queued(str(args["response_id"]))
+            return await (await process.engine()).mark_queued(str(args["response_id"]))
 
     @bp.activity_trigger(input_name="payload", activity=terms.INSPECT)
     @bp.durable_client_input(client_name="client")
@@ -68,7 +68,7 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         orchestration is alive: a queued turn inspecting the lock holder thus restarts a dead holder."""
         args = _args(payload)
         with _span(terms.INSPECT, args):
-            engine = await runtime.engine()
+            engine = await process.engine()
             verdict = await engine.inspect(str(args["response_id"]))
             if not verdict.get("over"):
                 await repairer(DurableClient(client), engine).nudge(str(args["response_id"]))
@@ -90,7 +90,7 @@ def durable_blueprint(agent_factory: runtime.AgentFactory) -> DurableBlueprint:
         args = _args(payload)
         response_id = str(args["response_id"])
         with _span(terms.FORGET, args):
-            engine = await runtime.engine()
+            engine = await process.engine()
             await unstored.forget(engine.storage, response_id)
         history = ClientHistory(DurableClient(client))
         engine.caches.detached.start(unstored.purge_history_when_done(history, response_id), "history purge")

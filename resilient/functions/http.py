@@ -14,9 +14,9 @@ import os
 import azure.functions as func
 from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Response, StreamingResponse
 
-from resilient.functions import runtime
 from resilient.functions.client import ClientRuntime, repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
+from resilient.functions.runtime import ProcessRuntime
 from resilient.http.service import HttpResult, ResponsesService, error_result
 from resilient.http.surface import (
     REQUEST_ID_HEADER,
@@ -38,9 +38,9 @@ HEALTH_PROBE_ID = "resp_healthprobe"  # never issued (issued ids carry 48 hex di
 ROOT_ROUTE = "{root:regex(^$)?}"
 
 
-async def _service(binding: str) -> ResponsesService:
+async def _service(process: ProcessRuntime, binding: str) -> ResponsesService:
     try:
-        worker = await runtime.worker()
+        worker = await process.worker()
     except ValueError:
         _refuse_if_misconfigured()
         raise
@@ -68,11 +68,11 @@ def _to_response(result: HttpResult, req: Request) -> Response:
     return JSONResponse(result.body, status_code=result.status, headers=headers)
 
 
-async def _operate(operation: str, req: Request, client: str, response_id: str) -> Response:
+async def _operate(process: ProcessRuntime, operation: str, req: Request, client: str, response_id: str) -> Response:
     """One Responses operation, the same whether it came through ``/responses...`` or ``/v1/responses...``."""
 
     async def handle() -> HttpResult:
-        service = await _service(client)
+        service = await _service(process, client)
         if operation == "create":
             return await service.create(await req.body())
         if operation == "retrieve":
@@ -102,10 +102,10 @@ def _not_found(req: Request) -> Response:
     return _to_response(error_result(error), req)
 
 
-async def _storage_answers() -> None:
+async def _storage_answers(process: ProcessRuntime) -> None:
     """Storage is reachable: one row read (an id no response has; "not found" is an answer)."""
     with contextlib.suppress(NotFound):
-        await (await runtime.engine()).storage.responses.get_control(HEALTH_PROBE_ID)
+        await (await process.engine()).storage.responses.get_control(HEALTH_PROBE_ID)
 
 
 def _response_id(req: Request) -> str:
@@ -126,34 +126,34 @@ def _headers(req: Request) -> dict[str, str]:
     return {k.lower(): v for k, v in req.headers.items()}
 
 
-def http_blueprint() -> DurableBlueprint:
+def http_blueprint(process: ProcessRuntime) -> DurableBlueprint:
     check_settings_at_start_up(Settings.from_env)
     bp = DurableBlueprint()
 
     @bp.route(route="responses", methods=["POST"])
     @bp.durable_client_input(client_name="client")
     async def create_response(req: Request, client: str) -> Response:
-        return await _operate("create", req, client, "")
+        return await _operate(process, "create", req, client, "")
 
     @bp.route(route="responses/{response_id}", methods=["GET"])
     @bp.durable_client_input(client_name="client")
     async def get_response(req: Request, client: str) -> Response:
-        return await _operate("retrieve", req, client, _response_id(req))
+        return await _operate(process, "retrieve", req, client, _response_id(req))
 
     @bp.route(route="responses/{response_id}/cancel", methods=["POST"])
     @bp.durable_client_input(client_name="client")
     async def cancel_response(req: Request, client: str) -> Response:
-        return await _operate("cancel", req, client, _response_id(req))
+        return await _operate(process, "cancel", req, client, _response_id(req))
 
     @bp.route(route="responses/{response_id}", methods=["DELETE"])
     @bp.durable_client_input(client_name="client")
     async def delete_response(req: Request, client: str) -> Response:
-        return await _operate("delete", req, client, _response_id(req))
+        return await _operate(process, "delete", req, client, _response_id(req))
 
     @bp.route(route="responses/{response_id}/input_items", methods=["GET"])
     @bp.durable_client_input(client_name="client")
     async def list_input_items(req: Request, client: str) -> Response:
-        return await _operate("input_items", req, client, _response_id(req))
+        return await _operate(process, "input_items", req, client, _response_id(req))
 
     @bp.route(route="v1/{*path}", methods=["GET", "POST", "DELETE"])
     @bp.durable_client_input(client_name="client")
@@ -165,13 +165,13 @@ def http_blueprint() -> DurableBlueprint:
         if found is None:
             return _not_found(req)
         operation, response_id = found
-        return await _operate(operation, req, client, response_id)
+        return await _operate(process, operation, req, client, response_id)
 
     @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
     async def health_check(req: Request) -> Response:
         """Anonymous, for load balancers and uptime probes: settings valid and storage reachable (200), or
         not (503); the body says which check failed and nothing secret."""
-        status, body = await health(Settings.from_env, _storage_answers)
+        status, body = await health(Settings.from_env, lambda: _storage_answers(process))
         return _to_response(HttpResult(status, body, headers={"Cache-Control": "no-store"}), req)
 
     @bp.route(route=ROOT_ROUTE, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)

@@ -10,10 +10,10 @@ import azure.functions as func
 
 from resilient.engine import unstored
 from resilient.engine.retention import purge_expired
-from resilient.functions import runtime
 from resilient.functions.client import repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory
+from resilient.functions.runtime import ProcessRuntime
 
 log = logging.getLogger("resilient.retention")
 
@@ -21,13 +21,13 @@ CLEANUP_SCHEDULE = "0 */15 * * * *"  # every 15 minutes (NCRONTAB with seconds)
 REPAIR_SCHEDULE = "30 * * * * *"  # every minute, at second 30
 
 
-def maintenance_blueprint() -> DurableBlueprint:
+def maintenance_blueprint(process: ProcessRuntime) -> DurableBlueprint:
     bp = DurableBlueprint()
 
     @bp.timer_trigger(schedule=CLEANUP_SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
     @bp.durable_client_input(client_name="client")
     async def cleanup_expired(timer: func.TimerRequest, client: str) -> None:
-        engine = await runtime.engine()
+        engine = await process.engine()
         durable = DurableClient(client)
 
         async def purge_history(instance_id: str) -> None:
@@ -47,7 +47,7 @@ def maintenance_blueprint() -> DurableBlueprint:
     async def repair_stuck_runs(timer: func.TimerRequest, client: str) -> None:
         """Resume runs whose orchestration died (Failed, Terminated, missing) while their row is unfinished.
         Runs on one instance at a time (timer triggers hold a singleton lock)."""
-        verdicts = await repairer(DurableClient(client), await runtime.engine()).sweep()
+        verdicts = await repairer(DurableClient(client), await process.engine()).sweep()
         repaired = sum(v.action in ("restarted", "gave_up") for v in verdicts)
         # Every minute forever: a line only when it repaired something (the repairer logs each repair).
         log.log(logging.INFO if repaired else logging.DEBUG, "repair_stuck_runs ran",

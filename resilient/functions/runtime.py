@@ -1,6 +1,6 @@
 """Per-process state the bindings share: the worker (settings, storage, caches, engine) per event loop, and
-the storage locations whose tables and containers this process created. The Functions host imports the app
-once per process and gives it nowhere else to keep them; everything a worker caches lives in its worker.
+the storage locations whose tables and containers this process created, held by one :class:`ProcessRuntime`
+that ``function_app.py`` builds. Everything a worker caches lives in its worker.
 
 Why lazy: the Functions worker imports ``function_app.py`` during indexing, before any app setting may
 be usable, and indexing must not touch storage. The first activity or request opens storage once per
@@ -28,42 +28,43 @@ if TYPE_CHECKING:
 
 AgentFactory = Callable[[Settings], Agent]
 
-_agent_factory: AgentFactory | None = None
-_workers: dict[int, Worker] = {}
-_created: CreatedLocations = set()  # storage locations created here: a new worker's open skips them
-_lock = asyncio.Lock()
 
+class ProcessRuntime:
+    """What the app's functions share in one worker process: which agent runs, one worker per event loop,
+    and the storage locations created here (a new worker's open skips them).
 
-def configure(agent_factory: AgentFactory) -> None:
-    """Called by the blueprint factory: which agent this app runs. Also turns on log context, and
-    traces and metrics when an app setting names where to send them (nothing is loaded otherwise)."""
-    global _agent_factory
-    _agent_factory = agent_factory
-    logs.install()
-    telemetry.configure()
+    ``function_app.py`` builds one and hands it to every blueprint, whose functions close over it: the
+    Functions host imports the app once per process and calls module-level functions, so this object is
+    the one place the process keeps them. Building it also turns on log context, and traces and metrics
+    when an app setting names where to send them (process-wide by nature; nothing is loaded otherwise)."""
 
+    def __init__(self, agent_factory: AgentFactory) -> None:
+        self._agent_factory = agent_factory
+        self._workers: dict[int, Worker] = {}
+        self._created: CreatedLocations = set()
+        self._lock = asyncio.Lock()
+        logs.install()
+        telemetry.configure()
 
-async def engine() -> Engine:
-    """The engine for the running event loop (storage clients are bound to a loop)."""
-    return (await worker()).engine
+    async def engine(self) -> Engine:
+        """The engine for the running event loop (storage clients are bound to a loop)."""
+        return (await self.worker()).engine
 
-
-async def worker() -> Worker:
-    """The worker for the running event loop, wired once by :func:`resilient.bootstrap.bootstrap`."""
-    key = id(asyncio.get_running_loop())
-    found = _workers.get(key)
-    if found is not None:
+    async def worker(self) -> Worker:
+        """The worker for the running event loop, wired once by :func:`resilient.bootstrap.bootstrap`."""
+        key = id(asyncio.get_running_loop())
+        found = self._workers.get(key)
+        if found is not None:
+            return found
+        async with self._lock:
+            found = self._workers.get(key)
+            if found is None:
+                settings = Settings.from_env()
+                found = await bootstrap(settings, self._agent_factory(settings), created=self._created)
+                if not self._workers:  # the process's first worker: one line, if runs resume
+                    resume_notice.announce_detached(found.engine.storage, settings, time.time(),
+                                                    found.caches.detached)
+                self._workers[key] = found
+                # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
+                found.engine.caches.shutdown.install(asyncio.get_running_loop())
         return found
-    async with _lock:
-        found = _workers.get(key)
-        if found is None:
-            if _agent_factory is None:
-                raise RuntimeError("resilient.functions.runtime.configure(agent_factory) was not called")
-            settings = Settings.from_env()
-            found = await bootstrap(settings, _agent_factory(settings), created=_created)  # storage SDKs load here
-            if not _workers:  # the process's first worker: one line, if runs resume
-                resume_notice.announce_detached(found.engine.storage, settings, time.time(), found.caches.detached)
-            _workers[key] = found
-            # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
-            found.engine.caches.shutdown.install(asyncio.get_running_loop())
-    return found

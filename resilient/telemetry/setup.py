@@ -33,6 +33,8 @@ log = logging.getLogger("resilient.telemetry")
 SERVICE_NAME = "resilient-responses"
 CONSOLE_SETTING = "RESILIENT_OTEL_CONSOLE"
 
+# Module state on purpose: OpenTelemetry's tracer and meter providers are process-global and can be installed
+# once per process, so what this process installed is a fact about the process, not about any one object.
 _configured: str | None = None
 
 

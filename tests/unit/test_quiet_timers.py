@@ -16,9 +16,14 @@ from resilient.functions import maintenance
 from resilient.storage.ports import ActiveEntry
 
 
-def _timers() -> dict[str, Any]:
+def _timers(engine: Any) -> dict[str, Any]:
+    """The maintenance timers over a process whose every worker has ``engine``."""
+
+    async def the_engine() -> Any:
+        return engine
+
     app = func.FunctionApp()
-    app.register_functions(maintenance.maintenance_blueprint())
+    app.register_functions(maintenance.maintenance_blueprint(SimpleNamespace(engine=the_engine)))  # type: ignore[arg-type]
     return {f.get_function_name(): f.get_user_function() for f in app.get_functions()}
 
 
@@ -43,14 +48,10 @@ async def test_the_repair_timer_logs_only_when_it_repaired(monkeypatch: pytest.M
                                                            actions: list[str], logged: bool) -> None:
     engine = SimpleNamespace(settings=None, storage=None)
 
-    async def fake_engine() -> Any:
-        return engine
-
     verdicts = [Verdict(f"resp_{i}", action) for i, action in enumerate(actions)]
-    monkeypatch.setattr(maintenance.runtime, "engine", fake_engine)
     monkeypatch.setattr(maintenance, "repairer", lambda client, eng: _Repairer(verdicts))
     with caplog.at_level(logging.INFO):
-        await _timers()["repair_stuck_runs"](SimpleNamespace(past_due=False), "{}")
+        await _timers(engine)["repair_stuck_runs"](SimpleNamespace(past_due=False), "{}")
     assert _ours(caplog) == (["repair_stuck_runs ran"] if logged else [])
 
 
@@ -62,20 +63,16 @@ async def test_the_cleanup_timer_logs_only_when_it_removed_something(
     engine = SimpleNamespace(settings=SimpleNamespace(replay_retention_minutes=60, unstored_grace_seconds=120),
                              storage=None)
 
-    async def fake_engine() -> Any:
-        return engine
-
     async def fake_purge(*args: Any, **kwargs: Any) -> list[str]:
         return purged
 
     async def fake_sweep(*args: Any, **kwargs: Any) -> list[str]:
         return forgotten
 
-    monkeypatch.setattr(maintenance.runtime, "engine", fake_engine)
     monkeypatch.setattr(maintenance, "purge_expired", fake_purge)
     monkeypatch.setattr(maintenance.unstored, "sweep", fake_sweep)
     with caplog.at_level(logging.INFO):
-        await _timers()["cleanup_expired"](SimpleNamespace(past_due=False), "{}")
+        await _timers(engine)["cleanup_expired"](SimpleNamespace(past_due=False), "{}")
     assert _ours(caplog) == (["cleanup_expired ran"] if logged else [])
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from resilient.agents import model
-from resilient.agents.chat_input import chat_messages
 from resilient.agents.base import PermanentAgentError, TransientAgentError
+from resilient.agents.chat_input import chat_messages
 from resilient.settings import Settings
 from tests.fakemodel.server import Behaviour, FakeModel
 

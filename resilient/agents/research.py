@@ -10,6 +10,10 @@ output in the turn, the agent calls the first offered tool (or the one ``tool_ch
 verbatim at the start of its last phase. With ``metadata.require_approval == "true"`` it asks for
 approval before its last phase. With a model, the model decides about tools.
 
+Images and files: offline, the first phase names what the turn's input carried besides text ("Given 1
+image, 1 file."); with a model, they go to it as content parts (``chat_input``), with the request's model
+parameters (``chat_params``).
+
 Request ``metadata`` knobs for the offline agent (handy for demos and tests; all optional):
 ``research_phases`` (1-20, default 4), ``words_per_phase`` (1-2000, default 48),
 ``delta_delay_ms`` (0-5000, default the app setting ``RESILIENT_AGENT_DELTA_DELAY_MS``),

@@ -41,7 +41,9 @@ def test_the_app_conforms_to_its_openapi_document(contract_base_url: str, contra
     command = [
         str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(CONFIG), "run", str(OPENAPI),
         "--url", contract_base_url,
-        "--checks", "all", "--exclude-checks", EXCLUDED_CHECKS,
+        # Every check runs by default; "--checks all" would also override the per-operation settings of
+        # schemathesis.toml (CLI options take precedence), which turn one check off for the 501 operations.
+        "--exclude-checks", EXCLUDED_CHECKS,
         "--phases", ",".join(PHASES),
         "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2",
         "--request-timeout", "60", "--generation-database", "none", "--no-color",

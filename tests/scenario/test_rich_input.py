@@ -1,15 +1,10 @@
 """Images, files and a stateless tool loop sent by the unmodified ``openai`` client reach the offline sample
 agent, and the model of the model path with the request's parameters (the app under the host double, on
 real Azurite; the model is the fake model server).
-
-These need the protocol to accept ``input_image`` / ``input_file`` parts and a tool output in the same input
-as its call: the module skips itself while the create parser refuses an image part, and runs once it accepts
-one.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -18,25 +13,11 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from resilient.protocol.errors import ApiError
-from resilient.protocol.request import parse_create_request
 from tests import itemshapes as shapes
 from tests import live
 from tests.fakemodel.server import FakeModel
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import ROOT, knobs
-
-
-def _accepts_images() -> bool:
-    body = {"model": "m", "input": [shapes.user(shapes.IMAGE_URL)]}
-    try:
-        parse_create_request(json.dumps(body).encode())
-    except ApiError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _accepts_images(), reason="the create parser refuses input_image parts")
 
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 

@@ -325,7 +325,10 @@ def test_create_over_two_mib_is_413_and_just_under_is_not(http: httpx.Client) ->
 
 # -------------------------------------------------------------------------------------------- paths and ids
 ENDPOINTS = [("GET", "/responses/{}"), ("GET", "/responses/{}?stream=true"), ("DELETE", "/responses/{}"),
-             ("POST", "/responses/{}/cancel"), ("GET", "/responses/{}/input_items")]
+             ("POST", "/responses/{}/cancel"), ("GET", "/responses/{}/input_items"),
+             ("GET", "/conversations/{}"), ("DELETE", "/conversations/{}"), ("GET", "/conversations/{}/items"),
+             ("GET", "/v1/conversations/{}/items/msg_x"), ("GET", "/conversations/conv_x/items/{}"),
+             ("DELETE", "/conversations/conv_x/items/{}")]
 
 
 @FUZZ

@@ -17,6 +17,7 @@ from resilient.engine import conversations
 from resilient.engine.conversation_items import ItemMissing
 from resilient.engine.conversations import ConversationMissing
 from resilient.http.results import HttpResult, translated
+from resilient.ids import is_safe_id
 from resilient.protocol import errors
 from resilient.protocol.conversations import (
     CreateConversation,
@@ -102,6 +103,9 @@ class ConversationsService:
             raise errors.invalid_request("'order' must be 'asc' or 'desc'.", param="order",
                                          code=errors.CODE_INVALID_VALUE)
         after = _single(query, "after")
+        if after is not None and not is_safe_id(after):  # as for a response's input items (E10)
+            raise errors.invalid_request("'after' is not a valid item id.", param="after",
+                                         code=errors.CODE_INVALID_VALUE)
         _include(query)
         with _answered(conversation_id):
             await conversations.live(self.storage, conversation_id)

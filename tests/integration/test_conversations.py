@@ -144,6 +144,8 @@ async def test_retrieve_update_and_unknown_ids(rig: Rig) -> None:
     assert (await _error(rig.conversations.retrieve_item(cid, "msg_nothing", []))).status == 404
     bad_after = await _error(rig.conversations.list_items(cid, [("after", "msg_nothing")]))
     assert (bad_after.status, bad_after.param) == (404, "after")
+    malformed_after = await _error(rig.conversations.list_items(cid, [("after", "../x")]))
+    assert (malformed_after.status, malformed_after.param) == (400, "after")
     bad_include = await _error(rig.conversations.list_items(cid, [("include", "everything")]))
     assert (bad_include.status, bad_include.param) == (400, "include")
     too_many = await _error(rig.conversations.add_items(cid, [], json.dumps(

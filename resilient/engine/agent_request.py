@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import AgentRequest
+from resilient.engine import conversation_items
 from resilient.engine.references import is_reference, resolve_references, stored_input_items
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import JsonDict, ResponseRecord
@@ -71,7 +72,7 @@ async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:
 async def history(storage: Storage, record: ResponseRecord, state: list[Any] | None = None) -> list[JsonDict]:
     """The chain's earlier turns, oldest first: each turn's input items then its output items. ``state``,
     when given, receives the agent state the previous turn ended with (when it saved one)."""
-    turns: list[Sequence[JsonDict]] = []
+    turns: list[tuple[str, Sequence[JsonDict]]] = []
     previous = previous_turn(record)
     for _ in range(MAX_HISTORY_TURNS):
         if not previous:
@@ -84,12 +85,13 @@ async def history(storage: Storage, record: ResponseRecord, state: list[Any] | N
             state.append(earlier.doc[STATE_KEY])
         turn = await all_input_items(storage, earlier.response_id)
         turn += await storage.items.list_output_items(earlier.response_id)
-        turns.append(turn)
+        turns.append((earlier.response_id, turn))
         previous = previous_turn(earlier)
-    found: list[JsonDict] = []
-    for earlier_turn in reversed(turns):
-        found += list(earlier_turn)
-    return found
+    turns.reverse()
+    conversation = record.doc.get("conversation_id")
+    if conversation:  # with the items added to the conversation through the API, in their places
+        return await conversation_items.history(storage, str(conversation), turns, reached_start=not previous)
+    return [item for _, earlier_turn in turns for item in earlier_turn]
 
 
 def previous_turn(record: ResponseRecord) -> str | None:

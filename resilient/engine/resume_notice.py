@@ -62,7 +62,7 @@ async def announce(storage: Storage, settings: Settings, now: float) -> str | No
 
 def announce_detached(storage: Storage, settings: Settings, now: float, detached: Detached) -> None:
     """Detached: start-up must not wait for it, and a failure only costs the line. Called once per
-    process, by the first worker's wiring (:func:`resilient.functions.runtime.worker`)."""
+    process, by the first worker's wiring (:meth:`resilient.functions.runtime.ProcessRuntime.worker`)."""
 
     async def run() -> None:
         try:

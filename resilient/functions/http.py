@@ -17,7 +17,7 @@ from azurefunctions.extensions.http.fastapi import JSONResponse, Request, Respon
 from resilient.functions.client import ClientRuntime, repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.runtime import ProcessRuntime
-from resilient.http.service import HttpResult, ResponsesService, error_result
+from resilient.http.service import MAX_BODY_BYTES, HttpResult, ResponsesService, error_result
 from resilient.http.surface import (
     REQUEST_ID_HEADER,
     UNSERVED,
@@ -25,6 +25,7 @@ from resilient.http.surface import (
     health,
     request_id,
     root_body,
+    v1_conversation_operation,
     v1_operation,
 )
 from resilient.http.traced import traced
@@ -102,6 +103,60 @@ def _unserved(operation: str, req: Request) -> Response:
     return _to_response(error_result(errors.not_implemented(UNSERVED[operation])), req)
 
 
+async def _conversation(process: ProcessRuntime, operation: str, req: Request, conversation_id: str,
+                        item_id: str) -> Response:
+    """One Conversations operation, the same under ``/conversations...`` and ``/v1/conversations...``."""
+
+    async def handle() -> HttpResult:
+        # Loaded with the first such request (it needs the request models and the openai types), not when
+        # a worker indexes the app.
+        from resilient.http.conversations import ConversationsService
+
+        service = ConversationsService((await process.engine()).storage)
+        query = list(req.query_params.multi_items())
+        if operation in ("create", "update", "add_items"):
+            body = await req.body()
+            if len(body) > MAX_BODY_BYTES:
+                raise errors.payload_too_large(MAX_BODY_BYTES)
+            if operation == "create":
+                return await service.create(body)
+            if operation == "update":
+                return await service.update(conversation_id, body)
+            return await service.add_items(conversation_id, query, body)
+        if operation == "retrieve":
+            return await service.retrieve(conversation_id)
+        if operation == "delete":
+            return await service.delete(conversation_id)
+        if operation == "list_items":
+            return await service.list_items(conversation_id, query)
+        if operation == "retrieve_item":
+            return await service.retrieve_item(conversation_id, item_id, query)
+        return await service.delete_item(conversation_id, item_id)
+
+    return _to_response(await traced(CONVERSATION_ROUTES[operation], handle()), req)
+
+
+CONVERSATION_ROUTES = {
+    "create": "POST /conversations",
+    "retrieve": "GET /conversations/{conversation_id}",
+    "update": "POST /conversations/{conversation_id}",
+    "delete": "DELETE /conversations/{conversation_id}",
+    "list_items": "GET /conversations/{conversation_id}/items",
+    "add_items": "POST /conversations/{conversation_id}/items",
+    "retrieve_item": "GET /conversations/{conversation_id}/items/{item_id}",
+    "delete_item": "DELETE /conversations/{conversation_id}/items/{item_id}",
+}
+
+
+def _path_ids(req: Request) -> tuple[str, str]:
+    """The ``{conversation_id}`` and ``{item_id}`` segments (from the path too, as for ``_response_id``)."""
+    params = req.path_params
+    parts = [p for p in req.url.path.split("/") if p]
+    at = next((i for i, p in enumerate(parts) if p.lower() == "conversations"), len(parts))
+    found = [*parts[at + 1:], "", "", ""]
+    return str(params.get("conversation_id") or found[0]), str(params.get("item_id") or found[2])
+
+
 def _not_found(req: Request) -> Response:
     error = errors.ApiError(404, errors.INVALID_REQUEST, "No API route matches this method and path.",
                             code=errors.CODE_NOT_FOUND)
@@ -169,12 +224,35 @@ def http_blueprint(process: ProcessRuntime) -> DurableBlueprint:
     async def count_input_tokens(req: Request) -> Response:
         return _unserved("input_tokens", req)
 
+    @bp.route(route="conversations", methods=["POST"])
+    async def create_conversation(req: Request) -> Response:
+        return await _conversation(process, "create", req, "", "")
+
+    @bp.route(route="conversations/{conversation_id}", methods=["GET", "POST", "DELETE"])
+    async def one_conversation(req: Request) -> Response:
+        operation = {"GET": "retrieve", "POST": "update"}.get(req.method.upper(), "delete")
+        return await _conversation(process, operation, req, *_path_ids(req))
+
+    @bp.route(route="conversations/{conversation_id}/items", methods=["GET", "POST"])
+    async def conversation_items(req: Request) -> Response:
+        operation = "list_items" if req.method.upper() == "GET" else "add_items"
+        return await _conversation(process, operation, req, *_path_ids(req))
+
+    @bp.route(route="conversations/{conversation_id}/items/{item_id}", methods=["GET", "DELETE"])
+    async def conversation_item(req: Request) -> Response:
+        operation = "retrieve_item" if req.method.upper() == "GET" else "delete_item"
+        return await _conversation(process, operation, req, *_path_ids(req))
+
     @bp.route(route="v1/{*path}", methods=["GET", "POST", "DELETE"])
     @bp.durable_client_input(client_name="client")
     async def v1_responses(req: Request, client: str) -> Response:
         """The same operations under ``/v1`` (``OpenAI(base_url=".../v1")``); one function for all of
         them, so the app indexes one more function instead of five."""
         path = str(req.path_params.get("path") or req.url.path.split("/v1/", 1)[-1])
+        conversation = v1_conversation_operation(req.method, path)
+        if conversation is not None:
+            operation, conversation_id, item_id = conversation
+            return await _conversation(process, operation, req, conversation_id, item_id)
         found = v1_operation(req.method, path)
         if found is None:
             return _not_found(req)

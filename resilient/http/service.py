@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine import lifecycle, turns
+from resilient.engine import conversations, lifecycle, turns
 from resilient.engine import orchestration_terms as terms
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
@@ -186,7 +186,13 @@ class ResponsesService(ResponseReader):
 
     async def _resolve_chain(self, request: CreateResponseRequest) -> tuple[str | None, str | None]:
         """A chain is named by ``conversation`` or by following ``previous_response_id`` to its root."""
-        if request.conversation:
+        if request.conversation:  # it must exist (created with POST /conversations) and not be deleted
+            try:
+                await conversations.live(self.storage, request.conversation)
+            except conversations.ConversationMissing:
+                raise errors.ApiError(404, errors.INVALID_REQUEST, f"Conversation with id "
+                                      f"{errors.echo(request.conversation)} not found.", param="conversation",
+                                      code=errors.CODE_NOT_FOUND) from None
             return request.conversation, None
         if not request.previous_response_id:
             return None, None

@@ -73,6 +73,33 @@ def v1_operation(method: str, path: str) -> tuple[str, str] | None:
     return operation, segments[1] if len(segments) > 1 else ""
 
 
+# The Conversations API: "{id}" is the conversation id, "{item}" an item id.
+_V1_CONVERSATION_OPERATIONS: dict[tuple[str, tuple[str, ...]], str] = {
+    ("POST", ("conversations",)): "create",
+    ("GET", ("conversations", "{id}")): "retrieve",
+    ("POST", ("conversations", "{id}")): "update",
+    ("DELETE", ("conversations", "{id}")): "delete",
+    ("GET", ("conversations", "{id}", "items")): "list_items",
+    ("POST", ("conversations", "{id}", "items")): "add_items",
+    ("GET", ("conversations", "{id}", "items", "{item}")): "retrieve_item",
+    ("DELETE", ("conversations", "{id}", "items", "{item}")): "delete_item",
+}
+
+
+def v1_conversation_operation(method: str, path: str) -> tuple[str, str, str] | None:
+    """Which Conversations operation a ``/v1/...`` request is, with its conversation and item ids ("" when
+    absent), or None; matched exactly as :func:`v1_operation` matches."""
+    segments = [s for s in path.split("/") if s != ""]
+    if not segments or segments[0].lower() != "conversations":
+        return None
+    shape = ["conversations"] + [{1: "{id}", 3: "{item}"}.get(i, s.lower()) for i, s in enumerate(segments[1:], 1)]
+    operation = _V1_CONVERSATION_OPERATIONS.get((method.upper(), tuple(shape)))
+    if operation is None:
+        return None
+    ids = [*segments[1:], "", "", ""]
+    return operation, ids[0], ids[2]
+
+
 def root_body() -> dict[str, Any]:
     """``GET /``: where the API is, for a person (or a probe) that opens the bare host name."""
     return {
@@ -82,6 +109,7 @@ def root_body() -> dict[str, Any]:
                        "'<this host>/v1' (or '<this host>').",
         "endpoints": {
             "responses": "/v1/responses",
+            "conversations": "/v1/conversations",
             "health": "/health",
         },
     }

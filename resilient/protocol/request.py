@@ -131,6 +131,20 @@ _CONVERSATION: TypeAdapter[str | ConversationRef] = TypeAdapter(
 )
 
 
+def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    """OpenAI's metadata limits (16 pairs, keys ≤ 64, values ≤ 512 characters); shared by every body."""
+    if value is None:
+        return None
+    if len(value) > METADATA_MAX_PAIRS:
+        _fail_value("metadata", f"expected at most {METADATA_MAX_PAIRS} pairs, got {len(value)}.")
+    for key, item in value.items():
+        if len(key) > METADATA_MAX_KEY:
+            _fail_value("metadata", f"keys must be at most {METADATA_MAX_KEY} characters ({errors.echo(key)}).")
+        if len(item) > METADATA_MAX_VALUE:
+            _fail_value(f"metadata.{key}", f"values must be at most {METADATA_MAX_VALUE} characters.")
+    return value
+
+
 class CreateResponseRequest(CreateParams):
     """A validated ``POST /responses`` body. ``conversation`` is normalized to the id string; the model and
     sampling parameters are the base class's (``create_params.py``)."""
@@ -145,7 +159,7 @@ class CreateResponseRequest(CreateParams):
     store: bool = True
     previous_response_id: str | None = None
     conversation: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Annotated[dict[str, str] | None, AfterValidator(check_metadata)] = None
     stream_options: StreamOptions | None = None
     tools: list[FunctionTool] = Field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
@@ -213,22 +227,6 @@ class CreateResponseRequest(CreateParams):
             return validate_id(value, prefix=RESPONSE_PREFIX, param="previous_response_id")
         except InvalidId:
             _fail_bad_id("previous_response_id", RESPONSE_PREFIX, value)
-
-    @field_validator("metadata")
-    @classmethod
-    def _check_metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return None
-        if len(value) > METADATA_MAX_PAIRS:
-            _fail_value("metadata", f"expected at most {METADATA_MAX_PAIRS} pairs, got {len(value)}.")
-        for key, item in value.items():
-            if len(key) > METADATA_MAX_KEY:
-                _fail_value(
-                    "metadata", f"keys must be at most {METADATA_MAX_KEY} characters ({errors.echo(key)})."
-                )
-            if len(item) > METADATA_MAX_VALUE:
-                _fail_value(f"metadata.{key}", f"values must be at most {METADATA_MAX_VALUE} characters.")
-        return value
 
     @model_validator(mode="after")
     def _cross_field(self) -> CreateResponseRequest:

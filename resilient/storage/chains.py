@@ -67,3 +67,9 @@ class TableChainStore:
             raise PreconditionFailed(f"chain {cid!r} changed concurrently") from None
         etag = str((result or {}).get("etag", "")) if isinstance(result, dict) else ""
         return ChainRecord(cid, rid, tuple(turns), etag or None)
+
+    @translate_errors
+    async def delete(self, chain_id: str) -> None:
+        cid = validate_id(chain_id, param="chain_id")
+        self.storage_calls += 1
+        await self._table.delete_entity(cid, ROW_KEY)  # absent: no error

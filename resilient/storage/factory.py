@@ -21,15 +21,17 @@ from resilient.storage.active import TableActiveIndex
 from resilient.storage.chains import TableChainStore
 from resilient.storage.connection import RetryConfig, StorageClients
 from resilient.storage.controls import ControlBoard
+from resilient.storage.conversations import TableConversationStore
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.items import TableItemStore
 from resilient.storage.kept import KeptWriters
 from resilient.storage.memory.backend import MemoryBackend
+from resilient.storage.memory.conversations import MemoryConversationStore
 from resilient.storage.memory.events import MemoryEventLog
 from resilient.storage.memory.items import MemoryItemStore
 from resilient.storage.memory.rows import MemoryActiveIndex, MemoryChainStore, MemoryResponseStore
-from resilient.storage.ports import ActiveIndex, ChainStore, EventLog, ItemStore, ResponseStore
+from resilient.storage.ports import ActiveIndex, ChainStore, ConversationStore, EventLog, ItemStore, ResponseStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
 
@@ -47,6 +49,7 @@ class Storage:
     events: EventLog
     chains: ChainStore
     active: ActiveIndex
+    conversations: ConversationStore
     clients: StorageClients | MemoryBackend = field(repr=False)
     feed: CommittedFeed = field(repr=False)
     controls: ControlBoard = field(repr=False)
@@ -79,6 +82,7 @@ def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFee
         events=BlobEventLog(clients.container(clients.events_container_name), feed=feed, kept=kept),
         chains=TableChainStore(clients.table(clients.chains_table_name)),
         active=TableActiveIndex(clients.table(clients.active_table_name)),
+        conversations=TableConversationStore(clients.table(clients.chains_table_name)),
         clients=clients,
         feed=feed,
         controls=controls,
@@ -93,6 +97,7 @@ def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed, control
         events=MemoryEventLog(backend, feed=feed),
         chains=MemoryChainStore(backend),
         active=MemoryActiveIndex(backend),
+        conversations=MemoryConversationStore(backend),
         clients=backend,
         feed=feed,
         controls=controls,

@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+# The conversation port has its own module; re-exported so every port is importable from here.
+from resilient.storage.conversation_port import ConversationEdits, ConversationRecord, ConversationStore
+
+__all__ = ["ConversationEdits", "ConversationRecord", "ConversationStore"]
+
 JsonDict = dict[str, Any]
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
@@ -293,6 +298,10 @@ class ChainStore(Protocol):
         """CAS: make ``response_id`` the latest turn and set the open turns; PreconditionFailed if raced."""
         ...
 
+    async def delete(self, chain_id: str) -> None:
+        """Idempotent delete of the chain row (a deleted conversation's)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ActiveEntry:
@@ -316,3 +325,4 @@ class ActiveIndex(Protocol):
     async def list(self, limit: int) -> list[ActiveEntry]:
         """Up to ``limit`` entries, in no particular order."""
         ...
+

@@ -148,10 +148,9 @@ def test_bodies_the_spec_forbids_are_refused(http: httpx.Client, fields: dict[st
 
 
 @pytest.mark.parametrize("fields", [
-    {"previous_response_id": None, "conversation": "conv_regression"},
+    {"previous_response_id": None, "conversation": "{conversation}"},
     {"background": False, "store": False},
     {"background": True, "store": None},
-    {"conversation": "conv_"},  # the shortest id the server takes is the shortest the spec allows
     # Found by schemathesis (ST202): a spec-valid tool whose parameters broke the JSON Schema meta-schema
     # ("else" an array) was a 400. The spec states only the type; the model gets the schema as it is.
     {"tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "else": [1, "x"]}}],
@@ -178,11 +177,20 @@ def test_bodies_the_spec_forbids_are_refused(http: httpx.Client, fields: dict[st
      "prompt_cache_retention": "24h"},
 ])
 def test_bodies_the_spec_allows_are_accepted(http: httpx.Client, fields: dict[str, Any]) -> None:
+    if fields.get("conversation") == "{conversation}":  # a turn's conversation must exist
+        fields = {**fields, "conversation": http.post("/conversations", json={}).json()["id"]}
     body = {"model": "m", "input": "q", "metadata": KNOBS, **fields}
     assert valid("CreateResponseRequest", body)
     answer = http.post("/responses", json=body)
     assert answer.status_code == 200
     assert valid("Response", answer.json()), answer.json()
+
+
+def test_the_shortest_conversation_id_the_spec_allows_is_parsed_then_looked_up(http: httpx.Client) -> None:
+    """``conv_`` is the shortest id both the spec and the parser take; no conversation has it: 404."""
+    body = {"model": "m", "input": "q", "conversation": "conv_"}
+    assert valid("CreateResponseRequest", body)
+    refused(http.post("/responses", json=body), 404, "not_found", "conversation")
 
 
 # ------------------------------------------------------------------- rules the schema cannot state: 400
@@ -200,7 +208,8 @@ def test_rules_the_schema_cannot_state_are_400_as_openai_answers(http: httpx.Cli
         {"type": "function_call_output", "call_id": "call_never_issued", "output": "x"}]}
     assert valid("CreateResponseRequest", answer)
     refused(http.post("/responses", json=answer), 400, "tool_call_not_found", "input")
-    conversation = {"model": "m", "conversation": "conv_emptyregression", "input": [
+    empty = http.post("/conversations", json={}).json()["id"]
+    conversation = {"model": "m", "conversation": empty, "input": [
         {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}]}
     refused(http.post("/responses", json=conversation), 400, "approval_request_not_found",
             "input[0].approval_request_id")
@@ -326,3 +335,20 @@ def test_create_links_to_every_id_operation_and_to_the_next_turn() -> None:
     assert id_operations <= targets and "createResponse" in targets
     continue_chain = document["components"]["links"]["ContinueChain"]
     assert continue_chain["requestBody"] == {"previous_response_id": "$response.body#/id"}
+
+
+def test_conversation_answers_validate_against_the_spec(http: httpx.Client) -> None:
+    """A conversation with an added item and a turn: every answer is the schema the spec names."""
+    created = http.post("/conversations", json={"items": [{"role": "user", "content": "hi"}],
+                                                "metadata": {"k": "v"}}).json()
+    assert valid("Conversation", created), created
+    turn = http.post("/responses", json={"model": "m", "input": "q", "conversation": created["id"],
+                                         "metadata": KNOBS})
+    assert turn.status_code == 200, turn.text
+    listed = http.get(f"/v1/conversations/{created['id']}/items", params={"order": "asc"}).json()
+    assert valid("ConversationItemList", listed) and len(listed["data"]) >= 3, listed
+    one = http.get(f"/conversations/{created['id']}/items/{listed['data'][0]['id']}").json()
+    assert valid("ConversationItem", one) and one == listed["data"][0]
+    assert valid("Conversation", http.delete(f"/conversations/{created['id']}/items/{one['id']}").json())
+    assert valid("DeletedConversation", http.delete(f"/conversations/{created['id']}").json())
+    refused(http.get(f"/conversations/{created['id']}"), 404, "not_found", None)

@@ -5,7 +5,6 @@ approval through an Agent Framework tool, and worker kills at each point of a to
 from __future__ import annotations
 
 import re
-import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -184,7 +183,7 @@ def test_a_steered_agent_finishes_its_step_early_then_the_queued_turn_runs(clien
                                                                           effects_file: Path,
                                                                           policy: ToolLoop) -> None:
     policy.answer_delay = 0.5  # the answer streams slowly: room to steer it
-    conv = "conv_" + secrets.token_hex(6)
+    conv = client.conversations.create().id
     first = client.responses.create(model="fake", input="please e-mail bob", background=True, conversation=conv)
     wait_until(lambda: any(e.type == "response.output_text.delta"
                            for e in client.responses.retrieve(first.id, stream=True, starting_after=-1)

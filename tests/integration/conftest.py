@@ -47,6 +47,13 @@ def rebuilt(storage: Storage) -> Storage:
     return build_storage(storage.clients, feed=storage.feed, controls=storage.controls)
 
 
+async def new_conversation(storage: Storage) -> str:
+    """A conversation as ``POST /conversations`` creates it: a turn's ``conversation`` must name one."""
+    from resilient.engine import conversations
+
+    return (await conversations.create(storage, {}, [])).conversation_id
+
+
 def unused_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

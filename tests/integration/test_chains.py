@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from resilient.protocol.errors import ApiError
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.factory import Storage
+from tests.integration.conftest import new_conversation
 
 pytestmark = pytest.mark.azurite
 STORAGE_ADAPTERS = ("azurite", "memory")  # also the chain/deletion contract of both adapters
@@ -53,8 +53,7 @@ async def _post(service: ResponsesService, **body: Any) -> dict[str, Any]:
     return answer
 
 
-def _conv() -> str:
-    return "conv_" + secrets.token_hex(6)
+
 
 
 async def test_every_stored_turn_takes_its_chain_lock(storage: Storage, settings: Settings) -> None:
@@ -64,7 +63,7 @@ async def test_every_stored_turn_takes_its_chain_lock(storage: Storage, settings
     assert runtime.started[root["id"]][orch.OWNS_LOCK_KEY] is True  # its chain's lock starts out held by it
     follow = await _post(service, input="next", previous_response_id=root["id"])
     assert runtime.started[follow["id"]]["chain_id"] == root["id"]
-    conv = _conv()
+    conv = await new_conversation(storage)
     turn = await _post(service, input="c", conversation=conv)
     assert runtime.started[turn["id"]]["chain_id"] == conv
     for later in (follow, turn):  # a later turn, and a conversation's first turn, ask the entity
@@ -73,7 +72,7 @@ async def test_every_stored_turn_takes_its_chain_lock(storage: Storage, settings
 
 async def test_steering_off_busy_chain_is_409_conversation_locked(storage: Storage, settings: Settings) -> None:
     service, _ = _service(storage, settings, steerable=False)
-    conv = _conv()
+    conv = await new_conversation(storage)
     await _post(service, input="first", conversation=conv)  # still queued: nothing runs it here
     with pytest.raises(ApiError) as info:
         await _post(service, input="second", conversation=conv)
@@ -97,7 +96,7 @@ async def test_each_turn_sees_the_count_queued_behind_it_and_a_queued_cancel_und
     storage: Storage, settings: Settings
 ) -> None:
     service, runtime = _service(storage, settings)
-    conv = _conv()
+    conv = await new_conversation(storage)
     a = await _post(service, input="a", conversation=conv)
     b = await _post(service, input="b", conversation=conv)
     c = await _post(service, input="c", conversation=conv)
@@ -127,7 +126,7 @@ async def test_queued_turn_history_includes_the_steered_turns_partial_output(sto
 
     service, _ = _service(storage, settings)
     engine = Engine(storage, Recorder(settings), settings)
-    conv = _conv()
+    conv = await new_conversation(storage)
     a = await _post(service, input="first question", conversation=conv)
     await engine.plan(a["id"])
     b = await _post(service, input="second question", conversation=conv)  # steers a before its phase

@@ -27,7 +27,7 @@ from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, build_storage, open_storage
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
-from tests.integration.conftest import NoDurable, rebuilt
+from tests.integration.conftest import NoDurable, new_conversation, rebuilt
 
 pytestmark = pytest.mark.azurite
 
@@ -273,7 +273,7 @@ async def test_a_turn_with_no_lock_to_wait_for_opens_its_log_in_progress_and_its
     assert [e["type"] for e in events].count("response.in_progress") == 1
     assert events[-1]["type"] == "response.completed"
 
-    queued = await create(conversation="conv_" + "ab" * 8)
+    queued = await create(conversation=await new_conversation(storage))
     assert await kinds(queued) == ["response.created"]
     await engine.plan(queued)
     assert await kinds(queued) == ["response.created", "response.in_progress"]

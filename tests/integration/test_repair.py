@@ -32,6 +32,7 @@ from resilient.storage.factory import Storage, build_storage
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import Durable, Injected
+from tests.integration.conftest import new_conversation
 
 pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
 
@@ -349,7 +350,7 @@ async def test_a_terminal_status_without_its_terminal_event_is_finished_by_a_rep
 
 # --------------------------------------------------------------------------------------------- chains
 async def test_the_lock_is_handed_on_after_the_holder_is_repaired(rig: Rig) -> None:
-    conv = "conv_" + secrets.token_hex(6)
+    conv = await new_conversation(rig.storage)
     first = await _create(rig, phases=3, delay_ms=20, conversation=conv)
     await _mid_phase(rig, first, 0)
     second = await _create(rig, phases=1, delay_ms=0, conversation=conv)
@@ -367,7 +368,7 @@ async def test_a_queued_turn_gets_its_dead_holder_restarted_without_any_client(r
     """Nobody reads the holder and no sweep runs: the queued turn's lock recheck inspects the holder, and
     inspecting an unfinished run asks the repair path to check its orchestration."""
     rig.durable.repairer = rig.repairer()
-    conv = "conv_" + secrets.token_hex(6)
+    conv = await new_conversation(rig.storage)
     first = await _create(rig, phases=3, delay_ms=20, conversation=conv)
     await _mid_phase(rig, first, 0)
     second = await _create(rig, phases=1, delay_ms=0, conversation=conv)
@@ -385,7 +386,7 @@ async def _queued(rig: Rig, chain: str, rid: str) -> bool:
 
 
 async def test_a_lost_grant_is_healed_by_the_queued_turns_recheck(rig: Rig) -> None:
-    conv = "conv_" + secrets.token_hex(6)
+    conv = await new_conversation(rig.storage)
     first = await _create(rig, phases=2, delay_ms=15, conversation=conv)
     await _mid_phase(rig, first, 0)
     second = await _create(rig, phases=1, delay_ms=0, conversation=conv)
@@ -399,7 +400,7 @@ async def test_a_lost_grant_is_healed_by_the_queued_turns_recheck(rig: Rig) -> N
 async def test_a_lock_held_by_a_finished_turn_whose_orchestration_died_is_freed(rig: Rig) -> None:
     """The holder finalized, then its orchestration died before ``release``: its row is terminal, so the
     repair path does not restart it; the queued turn's recheck frees the lock on its behalf."""
-    conv = "conv_" + secrets.token_hex(6)
+    conv = await new_conversation(rig.storage)
     first = await _create(rig, phases=2, delay_ms=15, conversation=conv)
     await _mid_phase(rig, first, 0)
     second = await _create(rig, phases=1, delay_ms=0, conversation=conv)

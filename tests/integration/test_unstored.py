@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ from resilient.settings import Settings
 from resilient.storage.factory import Storage
 from resilient.storage.memory import MemoryBackend
 from resilient.storage.ports import ACTIVE_STATUSES
+from tests.integration.conftest import new_conversation
 
 pytestmark = pytest.mark.azurite
 STORAGE_ADAPTERS = ("azurite", "memory")  # also the chain/deletion contract of both adapters
@@ -155,7 +155,7 @@ async def _create(service: ResponsesService, **body: Any) -> HttpResult:
 async def test_a_store_false_turn_reads_its_chain_but_does_not_join_it(storage: Storage, settings: Settings) -> None:
     runtime = Runtime()
     service = ResponsesService(storage, runtime, dataclasses.replace(settings, unstored_grace_seconds=7))
-    conv = "conv_" + secrets.token_hex(6)
+    conv = await new_conversation(storage)
     root = (await _create(service, conversation=conv, background=True)).body["id"]
     chain_before = await storage.chains.get(conv)
     result = await _create(service, conversation=conv, store=False, stream=True)

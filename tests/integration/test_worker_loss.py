@@ -32,6 +32,7 @@ from resilient.storage.factory import Storage, build_storage, open_storage
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import WORKER_EXIT, Durable, Injected
+from tests.integration.conftest import new_conversation
 
 WAIT_S = 60.0
 
@@ -125,7 +126,7 @@ async def test_three_worker_deaths_inside_one_phase_complete_the_run(storage: St
 async def test_a_run_that_keeps_killing_its_worker_ends_failed_once_and_frees_its_chain(
         storage: Storage, settings: Settings) -> None:
     durable, service = _rig(storage, settings)
-    conv = "conv_" + secrets.token_hex(6)
+    conv = await new_conversation(storage)
     rid = await _create(service, phases=2, conversation=conv)
     durable.inject[(rid, orch.RUN_PHASE)] = [Injected(WORKER_EXIT, deltas=2) for _ in range(20)]
     output = await durable.wait(rid, WAIT_S)

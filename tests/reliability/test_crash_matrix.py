@@ -26,7 +26,6 @@ repository's host.json).
 from __future__ import annotations
 
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -311,7 +310,7 @@ def test_kill_during_an_orchestrator_episode_is_repaired_for_a_reconnecting_clie
 
 
 def test_kill_during_a_chain_lock_entity_batch(client: OpenAI, double: HostDouble, clean: list[Any]) -> None:
-    conversation = "conv_" + secrets.token_hex(8)
+    conversation = client.conversations.create().id
     before = double.stats()
     response_id, events, notes = start_run(client, at_seq(SAMPLES["phase2-mid-deltas"](clean)),
                                            conversation=conversation)

@@ -365,7 +365,10 @@ def test_an_item_reference_to_another_chains_item_is_400(http: httpx.Client, fin
 
 # -------------------------------------------------------------------------------------------- paths and ids
 ENDPOINTS = [("GET", "/responses/{}"), ("GET", "/responses/{}?stream=true"), ("DELETE", "/responses/{}"),
-             ("POST", "/responses/{}/cancel"), ("GET", "/responses/{}/input_items")]
+             ("POST", "/responses/{}/cancel"), ("GET", "/responses/{}/input_items"),
+             ("GET", "/conversations/{}"), ("DELETE", "/conversations/{}"), ("GET", "/conversations/{}/items"),
+             ("GET", "/v1/conversations/{}/items/msg_x"), ("GET", "/conversations/conv_x/items/{}"),
+             ("DELETE", "/conversations/conv_x/items/{}")]
 
 
 @FUZZ

@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from resilient.agents.research import ResearchAgent
+from resilient.engine import conversations
 from resilient.engine.activities import Engine, Tuning
 from resilient.http.service import HttpResult, ResponsesService
 from resilient.protocol.errors import ApiError
@@ -157,8 +158,9 @@ def _knobs(phases: int, words: int, delay_ms: int) -> dict[str, str]:
     return {"research_phases": str(phases), "words_per_phase": str(words), "delta_delay_ms": str(delay_ms)}
 
 
-def _conv() -> str:
-    return "conv_" + secrets.token_hex(8)
+async def _conv(rig: Rig) -> str:
+    """A conversation created as ``POST /conversations`` creates it (a turn's ``conversation`` must exist)."""
+    return (await conversations.create(rig.storage, {}, [])).conversation_id
 
 
 async def _create(rig: Rig, *, phases: int = 2, words: int = 6, delay_ms: int = 4, reader: bool = True,
@@ -359,7 +361,7 @@ async def test_cancel_races_a_steering_turn(rig: Rig) -> None:
     lock, then runs in full with the first turn as its history."""
 
     async def one(rig: Rig, rng: random.Random, probe: bool) -> str:
-        conv = _conv()
+        conv = await _conv(rig)
         first = await _create(rig, input="first", conversation=conv)
         cancel_answer: list[tuple[int, Any]] = []
         second: list[str] = []
@@ -397,7 +399,7 @@ async def test_two_steering_turns_at_once_on_a_busy_chain(rig: Rig) -> None:
     (nobody steers it), and the chain is free afterwards."""
 
     async def one(rig: Rig, rng: random.Random, probe: bool) -> str:
-        conv = _conv()
+        conv = await _conv(rig)
         first = await _create(rig, input="first", conversation=conv)
         turns: list[str] = []
 
@@ -438,7 +440,7 @@ async def test_delete_races_an_in_flight_response(rig: Rig) -> None:
     released the chain lock."""
 
     async def one(rig: Rig, rng: random.Random, probe: bool) -> str:
-        conv = _conv()
+        conv = await _conv(rig)
         rid = await _create(rig, input="to delete", conversation=conv)
         cancel_first = rng.random() < 0.5
         answers: list[tuple[int, Any]] = []

@@ -21,7 +21,6 @@ Last: with a short ``RESILIENT_STREAM_MAX_SECONDS`` a stream ends cleanly withou
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from typing import Any
 
@@ -97,7 +96,7 @@ def test_a_run_whose_orchestration_was_taken_away_resumes_for_a_reconnecting_cli
 
 
 def test_a_waiting_turn_gets_its_dead_holder_resumed_and_then_runs(client: OpenAI, double: HostDouble) -> None:
-    conversation = "conv_" + secrets.token_hex(8)
+    conversation = client.conversations.create().id
     holder, _ = _start_and_read(client, 6, conversation=conversation)
     assert _durable(double, "POST", f"instances/{holder}/terminate?reason=operator").status_code == 202
     follow_up = client.responses.create(model="m", input="and then?", stream=True, background=True,
@@ -125,7 +124,7 @@ def test_a_turn_behind_a_finished_holder_that_never_released_runs_at_once(
     repair path leaves a finished run alone. The next turn's create sees nothing unfinished ahead of it, so
     its orchestration frees that lock at once: it is never shown ``queued`` and does not wait for its first
     lock recheck (15 s)."""
-    conversation = "conv_" + secrets.token_hex(8)
+    conversation = client.conversations.create().id
     first = client.responses.create(model="m", input=QUESTION, conversation=conversation, metadata=knobs(1, 4, 0))
     assert first.status == "completed"
     assert settle(double, first.id) == "Completed"

@@ -163,9 +163,10 @@ def test_previous_response_id_chains_history(client: OpenAI) -> None:
 
 
 def test_conversation_is_echoed(client: OpenAI) -> None:
-    response = client.responses.create(model="m", input="x", conversation="conv_scenario1",
+    conversation = client.conversations.create().id
+    response = client.responses.create(model="m", input="x", conversation=conversation,
                                        metadata=knobs(phases=1, words=2))
-    assert response.conversation is not None and response.conversation.id == "conv_scenario1"
+    assert response.conversation is not None and response.conversation.id == conversation
 
 
 def test_cancel_is_atomic_to_readers(client: OpenAI, http: httpx.Client) -> None:

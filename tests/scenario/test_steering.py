@@ -6,7 +6,6 @@ tests/integration/test_chains.py, where the setting can be flipped without anoth
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from typing import Any
@@ -23,8 +22,9 @@ pytestmark = pytest.mark.azurite
 TERMINAL = ("completed", "failed", "cancelled", "incomplete")
 
 
-def _conv() -> str:
-    return "conv_" + secrets.token_hex(6)
+def _conv(client: OpenAI) -> str:
+    """A conversation created as a client creates it (a turn's ``conversation`` must exist)."""
+    return client.conversations.create().id
 
 
 def _events(client: OpenAI, response_id: str) -> list[Any]:
@@ -41,7 +41,7 @@ def _in_progress_window(client: OpenAI, response_id: str) -> tuple[float, float]
 
 
 def test_new_turn_is_queued_and_steers_the_running_turn_to_finish_early(client: OpenAI) -> None:
-    conv = _conv()
+    conv = _conv(client)
     first = client.responses.create(model="m", input="long question", background=True, conversation=conv,
                                     metadata=knobs(phases=3, words=300, delay_ms=10))
     wait_until(lambda: client.responses.retrieve(first.id).status == "in_progress")
@@ -63,7 +63,7 @@ def test_new_turn_is_queued_and_steers_the_running_turn_to_finish_early(client: 
 
 
 def test_streaming_post_on_a_busy_chain_shows_queued_then_runs(client: OpenAI) -> None:
-    conv = _conv()
+    conv = _conv(client)
     client.responses.create(model="m", input="busy", background=True, conversation=conv,
                             metadata=knobs(phases=2, words=100, delay_ms=10))
     stream = client.responses.create(model="m", input="next", background=True, stream=True, conversation=conv,
@@ -76,7 +76,7 @@ def test_streaming_post_on_a_busy_chain_shows_queued_then_runs(client: OpenAI) -
 
 
 def test_cancel_of_a_queued_turn_removes_it_and_the_next_turn_still_runs(client: OpenAI) -> None:
-    conv = _conv()
+    conv = _conv(client)
     running = client.responses.create(model="m", input="a", background=True, conversation=conv,
                                       metadata=knobs(phases=2, words=200, delay_ms=10))
     wait_until(lambda: client.responses.retrieve(running.id).status == "in_progress")
@@ -93,9 +93,9 @@ def test_cancel_of_a_queued_turn_removes_it_and_the_next_turn_still_runs(client:
 
 
 def test_two_chains_run_concurrently(client: OpenAI) -> None:
-    a = client.responses.create(model="m", input="x", background=True, conversation=_conv(),
+    a = client.responses.create(model="m", input="x", background=True, conversation=_conv(client),
                                 metadata=knobs(phases=2, words=40, delay_ms=15))
-    b = client.responses.create(model="m", input="y", background=True, conversation=_conv(),
+    b = client.responses.create(model="m", input="y", background=True, conversation=_conv(client),
                                 metadata=knobs(phases=2, words=40, delay_ms=15))
     windows: dict[str, tuple[float, float]] = {}
     threads = [threading.Thread(target=lambda rid=rid: windows.__setitem__(rid, _in_progress_window(client, rid)))
@@ -109,7 +109,7 @@ def test_two_chains_run_concurrently(client: OpenAI) -> None:
 
 
 def _steer_while_polling(client: OpenAI) -> None:
-    conv = _conv()
+    conv = _conv(client)
     first = client.responses.create(model="m", input="one", background=True, conversation=conv,
                                     metadata=knobs(phases=2, words=60, delay_ms=5))
     stop = threading.Event()
@@ -148,7 +148,7 @@ def test_polling_every_20ms_during_steering_never_leaves_a_turn_stuck(client: Op
 
 
 def test_worker_crash_during_a_steered_turn(client: OpenAI, double: HostDouble) -> None:
-    conv = _conv()
+    conv = _conv(client)
     first = client.responses.create(model="m", input="one", background=True, conversation=conv,
                                     metadata=knobs(phases=2, words=200, delay_ms=10))
     wait_until(lambda: client.responses.retrieve(first.id).status == "in_progress")

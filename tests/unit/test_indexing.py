@@ -75,6 +75,15 @@ HTTP_ROUTES = {
 }
 
 
+# The Conversations API: no Durable client (it reads and writes storage only).
+CONVERSATION_ROUTES = {
+    "create_conversation": ("conversations", ["POST"]),
+    "one_conversation": ("conversations/{conversation_id}", ["GET", "POST", "DELETE"]),
+    "conversation_items": ("conversations/{conversation_id}/items", ["GET", "POST"]),
+    "conversation_item": ("conversations/{conversation_id}/items/{item_id}", ["GET", "DELETE"]),
+}
+
+
 def test_http_streaming_is_enabled_for_the_app(indexed: dict[str, dict[str, Any]]) -> None:
     assert indexed["__http_v2__"]["enabled"] is True
 
@@ -91,6 +100,15 @@ def test_http_route_bindings(indexed: dict[str, dict[str, Any]], name: str) -> N
     assert client["name"] == "client" and client["direction"].upper() == "IN"
     (out,) = _by_type(indexed[name], "http")
     assert out["direction"].upper() == "OUT"
+
+
+@pytest.mark.parametrize("name", sorted(CONVERSATION_ROUTES))
+def test_conversation_route_bindings(indexed: dict[str, dict[str, Any]], name: str) -> None:
+    route, methods = CONVERSATION_ROUTES[name]
+    (trigger,) = _by_type(indexed[name], "httpTrigger")
+    assert trigger["route"] == route and trigger["authLevel"].upper() == "FUNCTION"
+    assert [m.upper() for m in trigger["methods"]] == methods
+    assert _by_type(indexed[name], "durableClient") == []
 
 
 def test_v1_routes_reach_the_same_operations(indexed: dict[str, dict[str, Any]]) -> None:
@@ -127,7 +145,7 @@ def test_durable_functions_are_registered(indexed: dict[str, dict[str, Any]]) ->
 
 
 def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
-    expected = set(HTTP_ROUTES) | {"crash_worker", "responses_orchestrator", "run_phase",
+    expected = set(HTTP_ROUTES) | set(CONVERSATION_ROUTES) | {"crash_worker", "responses_orchestrator", "run_phase",
                                    "finalize_response", "mark_queued", "wake_next_turn", "inspect_response",
                                    "forget_response", "chain_lock", "__http_v2__"}
     assert set(indexed) == expected | {"cleanup_expired", "repair_stuck_runs", "v1_responses", "health_check",

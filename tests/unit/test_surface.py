@@ -40,6 +40,26 @@ def test_v1_operations_are_exactly_the_unprefixed_ones(method: str, path: str,
     assert surface.v1_operation(method, path) == expected
 
 
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ("POST", "conversations", ("create", "", "")),
+    ("GET", "Conversations/conv_a", ("retrieve", "conv_a", "")),
+    ("POST", "conversations/conv_a", ("update", "conv_a", "")),
+    ("DELETE", "conversations/conv_a/", ("delete", "conv_a", "")),
+    ("GET", "conversations/conv_a/ITEMS", ("list_items", "conv_a", "")),
+    ("POST", "conversations/conv_a/items", ("add_items", "conv_a", "")),
+    ("GET", "conversations/conv_a/items/msg_b", ("retrieve_item", "conv_a", "msg_b")),
+    ("DELETE", "conversations/conv_a/items/msg_b", ("delete_item", "conv_a", "msg_b")),
+    ("POST", "conversations/conv_a/items/msg_b", None),
+    ("GET", "conversations", None),
+    ("GET", "conversations/conv_a/items/msg_b/more", None),
+    ("GET", "conversations/conv_a/things", None),
+    ("GET", "responses/resp_a", None),
+])
+def test_v1_conversation_operations_are_exactly_the_unprefixed_ones(
+        method: str, path: str, expected: tuple[str, str, str] | None) -> None:
+    assert surface.v1_conversation_operation(method, path) == expected
+
+
 async def _fine() -> None:
     return None
 

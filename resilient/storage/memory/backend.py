@@ -63,6 +63,21 @@ class ChainRow:
 
 
 @dataclass
+class ConversationRows:
+    """One conversation's partition: its own row (``exists``, created_at … etag), its item batches and its
+    hidden items (which, as in the table, can be written without the row)."""
+
+    exists: bool = False
+    created_at: int = 0
+    metadata: str = "{}"
+    batches: int = 0
+    deleted: bool = False
+    etag: str = ""
+    added: dict[int, str | None] = field(default_factory=dict)  # batch number -> the turn it follows
+    hidden: set[str] = field(default_factory=set)
+
+
+@dataclass
 class LogData:
     """One event log: its bytes (one segment), each frame's start offset, and when it last changed."""
 
@@ -78,6 +93,7 @@ class MemoryBackend:
     responses: dict[str, ResponseRow] = field(default_factory=dict)
     items: dict[str, ItemRows] = field(default_factory=dict)
     chains: dict[str, ChainRow] = field(default_factory=dict)
+    conversations: dict[str, ConversationRows] = field(default_factory=dict)
     active: dict[str, float] = field(default_factory=dict)
     logs: dict[str, LogData] = field(default_factory=dict)
     _etags: itertools.count[int] = field(default_factory=lambda: itertools.count(1), repr=False)
@@ -91,10 +107,10 @@ class MemoryBackend:
 
     async def delete_all(self) -> None:
         """Forget everything (the ``StorageClients.delete_all`` counterpart)."""
-        for table in (self.responses, self.items, self.chains, self.active, self.logs):
+        for table in (self.responses, self.items, self.chains, self.conversations, self.active, self.logs):
             table.clear()
 
     def describe_rows(self) -> dict[str, Mapping[str, Any]]:
         """Every kind of row by key (response id, or chain id for chains): what a test asks is left."""
-        return {"responses": self.responses, "items": self.items, "chains": self.chains, "active": self.active,
-                "logs": self.logs}
+        return {"responses": self.responses, "items": self.items, "chains": self.chains,
+                "conversations": self.conversations, "active": self.active, "logs": self.logs}

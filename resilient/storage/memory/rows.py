@@ -169,6 +169,12 @@ class MemoryChainStore:
         row = self._rows[cid] = ChainRow(rid, turns, self._backend.new_etag())
         return ChainRecord(cid, rid, turns, row.etag)
 
+    async def delete(self, chain_id: str) -> None:
+        cid = validate_id(chain_id, param="chain_id")
+        self.storage_calls += 1
+        await round_trip()
+        self._rows.pop(cid, None)
+
 
 def _shard(response_id: str) -> str:
     return f"a{int(hashlib.sha256(response_id.encode()).hexdigest()[:4], 16) % _ACTIVE_SHARDS:02d}"

@@ -31,7 +31,8 @@ async def test_a_large_data_url_is_stored_in_a_blob_and_listed_whole(storage: St
     body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
                                                    {"type": "input_image", "image_url": image, "detail": "high"}]},
                       {"role": "user", "content": "and a small one"}]}
-    items = normalize_input_items(parse_create_request(json.dumps(body).encode()), new_message_id, new_input_item_id)
+    items = normalize_input_items(parse_create_request(json.dumps(body).encode()), lambda: new_message_id(rid),
+                                  lambda kind: new_input_item_id(kind, rid))
     await storage.items.put_input_items(rid, items)
 
     assert isinstance(storage.clients, StorageClients)

@@ -258,8 +258,8 @@ class TableItemStore:
             return []
         if len(wanted) <= _IDS_IN_FILTER:  # only the rows wanted come over the wire
             names = {f"i{n}": item_id for n, item_id in enumerate(wanted)}
-            clause = " or ".join(f"item_id eq @{name}" for name in names)
-            rows = await self._query(f"PartitionKey eq @pk and ({clause})", {"pk": rid, **names})
+            clause = " or ".join(f"item_id eq @{name}" for name in names)  # the SDK finds a parameter by
+            rows = await self._query(f"PartitionKey eq @pk and ( {clause} )", {"pk": rid, **names})  # whitespace
         else:  # a long filter costs more than the rows: one page holds 1,000 of them
             rows = await self._query("PartitionKey eq @pk", {"pk": rid})
         found = set(wanted)

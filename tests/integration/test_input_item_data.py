@@ -1,6 +1,6 @@
 """Input items with data (images, files) through real storage: a large ``data:`` URL goes to a spill blob,
-not into the table row, and comes back whole; ``item_reference`` items are resolved for the agent along
-the response's own chain only, while the listing keeps them as sent."""
+not into the table row, and comes back whole; ``item_reference`` items an input stored before the create
+resolved them (it keeps them as sent) are resolved for the agent along the response's own chain only."""
 
 from __future__ import annotations
 

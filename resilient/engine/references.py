@@ -3,8 +3,8 @@
 The ids of the items this service stores carry their response's id (``resilient.ids.item_id``), so a
 reference names the response that holds its item: :func:`find_referenced` reads that response's row and
 the wanted items (one partition query, ``ItemStore.find_items``), once per response however many of its
-items the input references, all responses at once. No index of item ids is written, so a checkpoint costs
-nothing more. What a reference may reach:
+items the input references, up to ``MAX_READS_AT_ONCE`` responses at once. No index of item ids is
+written, so a checkpoint costs nothing more. What a reference may reach:
 
 - on a turn that continues a chain (``previous_response_id`` or ``conversation``), an item of that chain:
   the named response's row must carry the turn's ``chain_id`` (a reference never reaches another chain);
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
 MAX_TURNS_SEARCHED = 50
+MAX_READS_AT_ONCE = 16  # responses read at once: an input may name up to 2048 of them
 REFERENCE = "item_reference"
 
 
@@ -55,8 +56,13 @@ async def find_referenced(storage: Storage, wanted: Iterable[str], *, chain_id: 
         if holder is not None:
             by_response.setdefault(holder, set()).add(item_id)
     found: dict[str, JsonDict] = {}
-    answers = await asyncio.gather(*(_from_response(storage, holder, ids, chain_id)
-                                     for holder, ids in by_response.items()))
+    limit = asyncio.Semaphore(MAX_READS_AT_ONCE)
+
+    async def read(holder: str, ids: set[str]) -> dict[str, JsonDict]:
+        async with limit:
+            return await _from_response(storage, holder, ids, chain_id)
+
+    answers = await asyncio.gather(*(read(holder, ids) for holder, ids in by_response.items()))
     for answer in answers:
         found.update(answer)
     missing -= found.keys()

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from resilient.engine import lifecycle, references, turns
 from resilient.engine import orchestration_terms as terms
+from resilient.engine.continuation import Continuation, check_continuation
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
 from resilient.engine.repair import Repairer
 from resilient.engine.snapshot import response_object
-from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.reading import (
     SSE_HEADERS,
     STREAM_LIMIT_NOTE,
@@ -212,7 +212,8 @@ class ResponsesService(ResponseReader):
             return Continuation()
         if previous is None and request.conversation is not None and chain_id is not None:
             previous = (await self.storage.chains.get(chain_id)).latest_response_id
-        return await check_continuation(self.storage, request, previous, chain_id)
+        with translated(previous or ""):
+            return await check_continuation(self.storage, request, previous, chain_id)
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from resilient.engine.references import find_referenced
+from resilient.engine.refusals import Invalid
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
 
@@ -43,7 +44,7 @@ async def check_continuation(
 ) -> Continuation:
     """Validate the request's tool outputs and approval answers against the chain.
 
-    Every refusal is a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
+    Every refusal is :class:`Invalid`: a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
     ``BadRequestError``): what the items refer to must exist in the input or the chain, every call must be
     answered, and a ``call_id`` may be answered once. The code names the broken rule.
     """
@@ -73,15 +74,14 @@ async def check_continuation(
             issued |= await _earlier_calls(storage, previous_turn)
         for output in outputs:
             if output.call_id not in issued:
-                raise errors.invalid_request(  # OpenAI's message, param and status
+                raise _invalid(  # OpenAI's message, param and status
                     f"No tool call found for function call output with call_id {_bare(output.call_id)}.",
                     param="input", code=errors.CODE_TOOL_CALL_NOT_FOUND)
         seen: set[str] = set()
         for output in outputs:
             if output.call_id in seen:
-                raise errors.invalid_request(f"{errors.echo(output.call_id)} is answered more than once.",
-                                             code=errors.CODE_DUPLICATE_CALL_OUTPUT,
-                                             param=f"input[{positions[id(output)]}]")
+                raise _invalid(f"{errors.echo(output.call_id)} is answered more than once.",
+                               code=errors.CODE_DUPLICATE_CALL_OUTPUT, param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
@@ -92,7 +92,7 @@ async def check_continuation(
     answer = approvals[0]  # the request allows one (parse_create_request)
     pending = [i for i in previous_output if i.get("type") == "mcp_approval_request"]
     if not pending or pending[-1].get("id") != answer.approval_request_id:
-        raise errors.invalid_request(
+        raise _invalid(
             f"No pending approval request with id {errors.echo(answer.approval_request_id)} in the previous "
             "response.", param=f"input[{positions[id(answer)]}].approval_request_id",
             code=errors.CODE_APPROVAL_NOT_FOUND)
@@ -141,21 +141,26 @@ async def _check_references(storage: Storage, request: CreateResponseRequest, ch
     for ref in references:
         if ref.id not in found:
             where = "this conversation's earlier turns" if chain_id is not None else "any stored response"
-            raise errors.invalid_request(f"Item with id {errors.echo(ref.id)} not found in {where}.",
-                                         param=f"input[{positions[id(ref)]}].id", code=errors.CODE_ITEM_NOT_FOUND)
+            raise _invalid(f"Item with id {errors.echo(ref.id)} not found in {where}.",
+                           param=f"input[{positions[id(ref)]}].id", code=errors.CODE_ITEM_NOT_FOUND)
     return found
 
 
-def _output_required(call_id: object) -> errors.ApiError:
-    return errors.invalid_request(  # OpenAI's message, param and status
+def _invalid(message: str, *, param: str, code: str) -> Invalid:
+    """A refusal the HTTP layer answers with 400 ``invalid_request_error`` (``http/results.translated``)."""
+    return Invalid(code, message, param)
+
+
+def _output_required(call_id: object) -> Invalid:
+    return _invalid(  # OpenAI's message, param and status
         f"No tool output found for function call {_bare(call_id)}.", code=errors.CODE_TOOL_OUTPUT_REQUIRED,
         param="input")
 
 
-def _not_found(position: int, field: str, detail: str) -> errors.ApiError:
+def _not_found(position: int, field: str, detail: str) -> Invalid:
     code = errors.CODE_TOOL_CALL_NOT_FOUND if field == "call_id" else errors.CODE_APPROVAL_NOT_FOUND
-    return errors.invalid_request(f"Nothing to answer for 'input[{position}].{field}': {detail}",
-                                  param=f"input[{position}].{field}", code=code)
+    return _invalid(f"Nothing to answer for 'input[{position}].{field}': {detail}",
+                    param=f"input[{position}].{field}", code=code)
 
 
 def _bare(value: object) -> str:

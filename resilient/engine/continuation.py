@@ -40,9 +40,10 @@ class Continuation:
 
 
 async def check_continuation(
-    storage: Storage, request: CreateResponseRequest, previous_turn: str | None, chain_id: str | None = None
+    storage: Storage, request: CreateResponseRequest, previous_turn: str | None, *, chain_id: str | None
 ) -> Continuation:
-    """Validate the request's tool outputs and approval answers against the chain.
+    """Validate the request's tool outputs, approval answers and item references against the chain
+    ``chain_id`` (None: the turn has none, its input is its whole history).
 
     Every refusal is :class:`Invalid`: a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
     ``BadRequestError``): what the items refer to must exist in the input or the chain, every call must be

@@ -213,7 +213,7 @@ class ResponsesService(ResponseReader):
         if previous is None and request.conversation is not None and chain_id is not None:
             previous = (await self.storage.chains.get(chain_id)).latest_response_id
         with translated(previous or ""):
-            return await check_continuation(self.storage, request, previous, chain_id)
+            return await check_continuation(self.storage, request, previous, chain_id=chain_id)
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:

@@ -105,8 +105,10 @@ def test_item_reference_is_listed_as_the_item_it_names_and_must_name_an_item_of_
 
 
 def test_the_ai_sdk_stateless_loop_with_store_true(client: OpenAI) -> None:
-    """The Vercel AI SDK's default tool loop (``store: true``): each step resends the history with earlier
-    output as ``item_reference`` items and no ``previous_response_id``."""
+    """The Vercel AI SDK's default mode (``store: true``): each step resends the history with earlier
+    output as ``item_reference`` items and no ``previous_response_id`` (``ai`` 6 with ``@ai-sdk/openai``
+    3.0.141 references earlier assistant messages, provider-executed tool calls and reasoning, and sends
+    function calls inline; both shapes are here)."""
     _, call = _call(client)
     question = {"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
     history = [question, _reference(call["id"]), _answer(call, "Checkpoints bound lost work.")]

@@ -57,8 +57,9 @@ def model_params(doc: JsonDict) -> dict[str, Any]:
 
 
 async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:
-    """The response's input items in the OpenAI item shape, each ``item_reference`` replaced by the item of
-    the chain it names (``references.py``; the input-items listing keeps the reference as sent)."""
+    """The response's input items in the OpenAI item shape. A create stores the item a reference names in
+    its place; an input stored before that still holds references, resolved here along the chain
+    (``references.py``)."""
     items = await stored_input_items(storage, response_id)
     if not any(is_reference(item) for item in items):
         return items

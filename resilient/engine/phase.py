@@ -158,7 +158,8 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         is_steered_turn=bool(record.doc.get(STEERING_KEY)),
         conversation_chain_id=record.doc.get("chain_id"),
     )
-    items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
+    items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice,
+                       response_id=response_id)
     claim = Claim(storage, parts.liveness, record, at, writer, head_events, first_index, previous, items,
                   deadline)
     denied = record.doc.get("resume") and not record.doc["resume"].get("approve")

@@ -68,8 +68,10 @@ class _Open:
 class PhaseItems:
     """Accumulates one phase attempt's items and emits their events in stream order."""
 
-    def __init__(self, first_stream_index: int, tool_names: set[str], tool_choice: object) -> None:
+    def __init__(self, first_stream_index: int, tool_names: set[str], tool_choice: object, *,
+                 response_id: str) -> None:
         self.next_stream_index = first_stream_index
+        self._response_id = response_id  # every item id carries it (``resilient.ids.item_id``)
         self._tools = tool_names
         self._calls_allowed = tool_choice != "none"
         self._open: _Open | None = None
@@ -103,8 +105,8 @@ class PhaseItems:
         if isinstance(output, ToolRun):
             events = self._close_open("completed")
             _check_json_object(output.arguments or "{}", f"arguments of tool {output.name!r}")
-            item = mcp_call_item(new_mcp_call_id(), output.name, output.arguments or "{}", output.server_label,
-                                 output.output, output.error)
+            item = mcp_call_item(new_mcp_call_id(self._response_id), output.name, output.arguments or "{}",
+                                 output.server_label, output.output, output.error)
             index = self._take_index()
             self.items.append(item)
             return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
@@ -124,7 +126,7 @@ class PhaseItems:
         if isinstance(output, ApprovalRequest):
             events = self._close_open("completed")
             _check_json_object(output.arguments, "approval request arguments")
-            item = approval_request_item(new_approval_request_id(), output.name, output.arguments,
+            item = approval_request_item(new_approval_request_id(self._response_id), output.name, output.arguments,
                                          output.server_label)
             index = self._take_index()
             self.items.append(item)
@@ -175,7 +177,7 @@ class PhaseItems:
         return [*events, ev.output_text_delta(self._open.item_id, self._open.stream_index, 0, delta)]
 
     def _text_open(self) -> list[JsonDict]:
-        self._open = _Open(self._take_index(), "message", new_message_id())
+        self._open = _Open(self._take_index(), "message", new_message_id(self._response_id))
         return ev.phase_opening_events(self._open.stream_index, self._open.item_id)
 
     def _open_call(self, name: str, key: int | None, call_id: str | None = None) -> list[JsonDict]:
@@ -183,7 +185,7 @@ class PhaseItems:
             raise AgentOutputError(f"the agent called {name!r} but tool_choice is 'none'")
         if name not in self._tools:
             raise AgentOutputError(f"the agent called {name!r}, which is not one of the request's tools")
-        self._open = _Open(self._take_index(), "function_call", new_function_call_id(), key=key,
+        self._open = _Open(self._take_index(), "function_call", new_function_call_id(self._response_id), key=key,
                            call_id=_checked_call_id(call_id) if call_id else new_call_id(), name=name)
         item = function_call_item(self._open.item_id, self._open.call_id, name, "", status="in_progress")
         return ev.item_opening_events(self._open.stream_index, item)

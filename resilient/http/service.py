@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine import conversations, lifecycle, turns
+from resilient.engine import conversations, lifecycle, references, turns
 from resilient.engine import orchestration_terms as terms
+from resilient.engine.continuation import Continuation, check_continuation
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
 from resilient.engine.repair import Repairer
 from resilient.engine.snapshot import response_object
-from resilient.http.continuation import Continuation, check_continuation
 from resilient.http.reading import (
     SSE_HEADERS,
     STREAM_LIMIT_NOTE,
@@ -114,7 +114,9 @@ class ResponsesService(ResponseReader):
                     steerable=self.settings.steerable_conversations)
         else:
             chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
-        items = normalize_input_items(request, new_message_id, new_input_item_id)
+        items = normalize_input_items(request, lambda: new_message_id(response_id),
+                                      lambda kind: new_input_item_id(kind, response_id))
+        items = references.in_place(items, continuation.referenced)  # the items they name, stored in place
         doc: dict[str, Any] = {
             "created_at": int(time.time()),
             "model": request.model,
@@ -216,7 +218,8 @@ class ResponsesService(ResponseReader):
             return Continuation()
         if previous is None and request.conversation is not None and chain_id is not None:
             previous = (await self.storage.chains.get(chain_id)).latest_response_id
-        return await check_continuation(self.storage, request, previous)
+        with translated(previous or ""):
+            return await check_continuation(self.storage, request, previous, chain_id=chain_id)
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:

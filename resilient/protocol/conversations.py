@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from openai.types.responses.response_includable import ResponseIncludable
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
-from resilient.ids import new_input_item_id, new_message_id
+from resilient.ids import new_conversation_item_id
 from resilient.protocol import errors
 from resilient.protocol.errors import invalid_request
 from resilient.protocol.input_items import INPUT_ITEMS, InputItem, normalize_input_items
@@ -83,7 +83,7 @@ class _Listed:
 
 def stored_items(items: list[InputItem] | None) -> list[dict[str, Any]]:
     """The items as stored and listed (each with a new id, typed by its kind as the OpenAI API does)."""
-    return normalize_input_items(_Listed(list(items or [])), new_message_id, new_input_item_id)
+    return normalize_input_items(_Listed(list(items or [])), new_conversation_item_id, new_conversation_item_id)
 
 
 def _body(raw: bytes) -> dict[str, Any]:

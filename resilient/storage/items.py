@@ -13,7 +13,7 @@ The item JSON is in ``body``/``body_blob`` (spilled when large, see :mod:`.spill
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -31,6 +31,7 @@ _BATCH_OPS = 100  # Table transactions: at most 100 operations ...
 _BATCH_BYTES = 3 * 1024 * 1024  # ... and 4 MiB of payload; keep a margin for the multipart framing.
 _COUNT_ROW = "n"
 _ONLY_ROW_COUNT = "count"  # on row ``i-000000`` of a one-item put, which has no count row
+_IDS_IN_FILTER = 16  # find_items names up to this many ids in its filter, else reads the whole partition
 
 _Op = tuple[TransactionOperation, dict[str, Any], dict[str, Any]]
 
@@ -248,6 +249,21 @@ class TableItemStore:
             "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi", {"pk": rid, "lo": "o-", "hi": "o."}
         )
         return [await self._spill.unpack(row, "body") for row in rows]
+
+    @translate_errors
+    async def find_items(self, response_id: str, item_ids: Collection[str]) -> list[JsonDict]:
+        rid = validate_id(response_id, param="response_id")
+        wanted = sorted({validate_id(item_id, param="item id") for item_id in item_ids})
+        if not wanted:
+            return []
+        if len(wanted) <= _IDS_IN_FILTER:  # only the rows wanted come over the wire
+            names = {f"i{n}": item_id for n, item_id in enumerate(wanted)}
+            clause = " or ".join(f"item_id eq @{name}" for name in names)  # the SDK finds a parameter by
+            rows = await self._query(f"PartitionKey eq @pk and ( {clause} )", {"pk": rid, **names})  # whitespace
+        else:  # a long filter costs more than the rows: one page holds 1,000 of them
+            rows = await self._query("PartitionKey eq @pk", {"pk": rid})
+        found = set(wanted)
+        return [await self._spill.unpack(row, "body") for row in rows if row.get("item_id") in found]
 
     # -- deletion -------------------------------------------------------------------------------------
     @translate_errors

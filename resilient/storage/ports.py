@@ -7,7 +7,7 @@ All methods are async because activities, SSE tailing and HTTP handlers share on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -143,6 +143,12 @@ class ItemStore(Protocol):
 
     async def list_output_items(self, response_id: str) -> list[JsonDict]:
         """All checkpointed output items, by index."""
+        ...
+
+    async def find_items(self, response_id: str, item_ids: Collection[str]) -> list[JsonDict]:
+        """The response's input and output items whose id is one of ``item_ids`` (input items first, then
+        output items, each in order), read with one partition query: how an ``item_reference`` to an
+        item whose id names this response resolves. Ids not found are simply absent."""
         ...
 
     async def delete_all(self, response_id: str) -> None:

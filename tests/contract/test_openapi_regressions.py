@@ -251,8 +251,14 @@ def test_every_input_item_kind_is_listed_as_the_spec_says(http: httpx.Client) ->
     assert (turn["presence_penalty"], turn["temperature"], turn["frequency_penalty"]) == (1, 0.5, 0.0)
     listing = http.get(f"/responses/{turn['id']}/input_items", params={"order": "asc"}).json()
     assert valid("InputItemList", listing), listing
-    assert [i["type"] for i in listing["data"]] == ["message", "item_reference", "function_call_output",
+    assert [i["type"] for i in listing["data"]] == ["message", "function_call", "function_call_output",
                                                    "reasoning", "message", "mcp_call"]
+    assert listing["data"][1] == call, "a reference is listed as the item it names"
+    answer = turn["output"][0]  # an assistant message, referenced by a turn without a chain
+    stateless = create(http, input=[{"type": "item_reference", "id": answer["id"]}, {"role": "user", "content": "q"}])
+    listing = http.get(f"/responses/{stateless['id']}/input_items", params={"order": "asc"}).json()
+    assert valid("InputItemList", listing), listing
+    assert listing["data"][0] == answer
 
 
 @pytest.mark.parametrize("path", ["/responses/compact", "/responses/input_tokens"])

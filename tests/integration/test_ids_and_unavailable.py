@@ -38,6 +38,7 @@ def calls_on(storage: Storage, rid: str) -> list[Callable[[], Awaitable[object]]
         lambda: i.put_output_item(rid, 0, {"id": "msg_1"}),
         lambda: i.get_output_item(rid, 0),
         lambda: i.list_output_items(rid),
+        lambda: i.find_items(rid, ["msg_1"]),
         lambda: i.delete_all(rid),
         lambda: e.create(rid, [{"type": "response.created"}]),
         lambda: e.open_writer(rid),
@@ -58,6 +59,8 @@ async def test_hostile_ids_are_rejected_before_any_storage_call(dead_storage: St
             await dead_storage.items.list_input_items("resp_ok", after=after, limit=5, order="asc")
         with pytest.raises(InvalidId):
             await dead_storage.items.put_input_items("resp_ok", [{"id": after}])
+        with pytest.raises(InvalidId):  # an item id a reference names goes into the query's filter
+            await dead_storage.items.find_items("resp_ok", ["msg_1", after])
 
 
 async def test_hostile_ids_make_no_calls_on_live_storage(storage: Storage) -> None:

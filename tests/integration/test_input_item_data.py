@@ -1,6 +1,6 @@
 """Input items with data (images, files) through real storage: a large ``data:`` URL goes to a spill blob,
-not into the table row, and comes back whole; ``item_reference`` items are resolved for the agent along
-the response's own chain only, while the listing keeps them as sent."""
+not into the table row, and comes back whole; ``item_reference`` items an input stored before the create
+resolved them (it keeps them as sent) are resolved for the agent along the response's own chain only."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ async def test_a_large_data_url_is_stored_in_a_blob_and_listed_whole(storage: St
     body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
                                                    {"type": "input_image", "image_url": image, "detail": "high"}]},
                       {"role": "user", "content": "and a small one"}]}
-    items = normalize_input_items(parse_create_request(json.dumps(body).encode()), new_message_id, new_input_item_id)
+    items = normalize_input_items(parse_create_request(json.dumps(body).encode()), lambda: new_message_id(rid),
+                                  lambda kind: new_input_item_id(kind, rid))
     await storage.items.put_input_items(rid, items)
 
     assert isinstance(storage.clients, StorageClients)

@@ -352,15 +352,21 @@ def test_a_non_image_data_url_in_input_image_is_400(http: httpx.Client) -> None:
 
 
 def test_an_item_reference_to_another_chains_item_is_400(http: httpx.Client, finished: dict[str, str]) -> None:
-    """An item of another chain exists, but a turn reaches only its own chain's items."""
+    """An item of another chain exists, but a turn reaches only its own chain's items, whatever response an
+    id claims to name; a turn without a chain reaches any stored response's items."""
     items = send(http, "GET", f"/responses/{finished['background']}/input_items").json()["data"]
     other = post_json(http, {**BASE, "background": False}).json()
-    answer = post_json(http, {**BASE, "previous_response_id": other["id"], "input": [
-        {"type": "item_reference", "id": items[0]["id"]}]})
-    assert answer.status_code == 400
-    assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == ("item_not_found", "input[0].id")
+    theirs = "msg_" + finished["background"][len("resp_"):] + "0" * 16  # names the other chain's response
+    mine = "msg_" + other["id"][len("resp_"):] + "0" * 16  # names this chain's response: no such item
+    for item_id in (items[0]["id"], theirs, mine):
+        answer = post_json(http, {**BASE, "previous_response_id": other["id"], "input": [
+            {"type": "item_reference", "id": item_id}]})
+        assert answer.status_code == 400, item_id
+        assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == ("item_not_found", "input[0].id")
     fresh = post_json(http, {**BASE, "input": [{"type": "item_reference", "id": items[0]["id"]}]})
-    assert fresh.status_code == 400 and fresh.json()["error"]["code"] == "item_not_found"
+    assert fresh.status_code == 200, fresh.text
+    forged = post_json(http, {**BASE, "input": [{"type": "item_reference", "id": theirs}]})
+    assert forged.status_code == 400 and forged.json()["error"]["code"] == "item_not_found"
 
 
 # -------------------------------------------------------------------------------------------- paths and ids

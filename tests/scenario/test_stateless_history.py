@@ -1,17 +1,20 @@
 """Clients that resend the whole history (the OpenAI Agents SDK's and the Vercel AI SDK's default tool
 loops): the model's ``function_call`` item then the ``function_call_output``, with and without
-``previous_response_id``, with ``store: false`` too; images, files, reasoning and ``item_reference`` items in
-the input; every create parameter echoed. Driven by the official ``openai`` client against the host double."""
+``previous_response_id``, with ``store: false`` too, and with earlier output resent as ``item_reference``
+items (the AI SDK with ``store: true``); images, files and reasoning in the input; every create parameter
+echoed. Driven by the official ``openai`` client against the host double."""
 
 from __future__ import annotations
 
 import base64
+import secrets
 from typing import Any
 
 import httpx
 import pytest
 from openai import BadRequestError, OpenAI
 
+from resilient.protocol.errors import echo
 from tests.scenario.conftest import knobs
 from tests.scenario.test_tools_and_approval import LOOKUP, QUESTION
 
@@ -80,23 +83,72 @@ def test_a_call_id_neither_the_input_nor_the_chain_issued_stays_400(client: Open
     assert unanswered.value.body["message"] == f"No tool output found for function call {call['call_id']}."  # type: ignore[index]
 
 
-def test_item_reference_is_listed_as_sent_and_must_name_an_item_of_the_chain(client: OpenAI,
-                                                                             http: httpx.Client) -> None:
+def _reference(item_id: str) -> dict[str, Any]:
+    return {"type": "item_reference", "id": item_id}
+
+
+def test_item_reference_is_listed_as_the_item_it_names_and_must_name_an_item_of_the_chain(client: OpenAI) -> None:
     first, call = _call(client)
-    reference = {"type": "item_reference", "id": call["id"]}
     second = client.responses.create(model="m", previous_response_id=first.id, tools=[LOOKUP],  # type: ignore[list-item]
-                                     input=[reference, _answer(call, "by reference")],  # type: ignore[list-item]
+                                     input=[_reference(call["id"]), _answer(call, "by reference")],  # type: ignore[list-item]
                                      metadata=knobs(phases=1, words=4))
     assert second.status == "completed"
-    # Raw JSON: the client's ``ResponseItem`` union has no ``item_reference`` member (its default, non-strict
-    # parsing keeps the item as it is).
-    listed = http.get(f"/responses/{second.id}/input_items", params={"order": "asc"}).json()["data"]
-    assert listed[0] == reference
+    assert "lookup returned: by reference\n" in _texts(second)[-1], "the agent saw the call in the reference's place"
+    # The strict client parses the listing: the reference is listed as the item it names, with that item's id.
+    listed = client.responses.input_items.list(second.id, order="asc").data
+    assert listed[0].model_dump(exclude_unset=True) == call
     with pytest.raises(BadRequestError) as nowhere:
         client.responses.create(model="m", previous_response_id=first.id, input=[
-            {"type": "item_reference", "id": "fc_nowhere"}, _answer(call, "x")])  # type: ignore[list-item]
+            _reference("fc_nowhere"), _answer(call, "x")])  # type: ignore[list-item]
     assert nowhere.value.body["code"] == "item_not_found"  # type: ignore[index]
     assert nowhere.value.body["param"] == "input[0].id"  # type: ignore[index]
+
+
+def test_the_ai_sdk_stateless_loop_with_store_true(client: OpenAI) -> None:
+    """The Vercel AI SDK's default mode (``store: true``): each step resends the history with earlier
+    output as ``item_reference`` items and no ``previous_response_id`` (``ai`` 6 with ``@ai-sdk/openai``
+    3.0.141 references earlier assistant messages, provider-executed tool calls and reasoning, and sends
+    function calls inline; both shapes are here)."""
+    _, call = _call(client)
+    question = {"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+    history = [question, _reference(call["id"]), _answer(call, "Checkpoints bound lost work.")]
+    second = client.responses.create(model="m", input=history, tools=[LOOKUP],  # type: ignore[arg-type, list-item]
+                                     metadata=knobs(phases=1, words=4))
+    assert second.status == "completed" and second.previous_response_id is None
+    assert "lookup returned: Checkpoints bound lost work.\n" in _texts(second)[-1], "the agent saw the call"
+    listed = client.responses.input_items.list(second.id, order="asc").data  # the strict client
+    assert [i.type for i in listed] == ["message", "function_call", "function_call_output"]
+    assert listed[1].model_dump(exclude_unset=True) == call
+
+    # The next step references the second response's messages too; every reference resolves.
+    history += [_reference(o.id) for o in second.output] + [{"role": "user", "content": "And then?"}]
+    third = client.responses.create(model="m", input=history, tools=[LOOKUP],  # type: ignore[arg-type, list-item]
+                                    metadata=knobs(phases=1, words=4))
+    assert third.status == "completed" and third.previous_response_id is None
+    listed = client.responses.input_items.list(third.id, order="asc").data
+    assert [i.id for i in listed[3:3 + len(second.output)]] == [o.id for o in second.output]
+    assert [i.type for i in listed] == ["message", "function_call", "function_call_output"] + \
+        ["message"] * len(second.output) + ["message"]
+
+
+def test_a_stateless_reference_must_name_an_item_of_a_stored_response(client: OpenAI, http: httpx.Client) -> None:
+    """Missing, deleted and ``store: false`` responses' items are not found; a call named only by the
+    reference must be answered in the same input, as a call sent inline must."""
+    def refused(item_id: str, *extra: dict[str, Any]) -> dict[str, Any]:
+        with pytest.raises(BadRequestError) as failed:
+            client.responses.create(model="m", input=[_reference(item_id), *extra])  # type: ignore[list-item]
+        return failed.value.body  # type: ignore[return-value]
+
+    missing = "fc_" + secrets.token_hex(32)  # the shape of an item id, its response never existed
+    assert refused(missing) == {"message": f"Item with id {echo(missing)} not found in any stored response.",
+                                "type": "invalid_request_error", "code": "item_not_found", "param": "input[0].id"}
+    deleted, deleted_call = _call(client)
+    assert http.delete(f"/responses/{deleted.id}").status_code == 200
+    assert refused(deleted_call["id"], _answer(deleted_call, "x"))["code"] == "item_not_found"
+    _, unstored_call = _call(client, store=False)  # its items still exist until it is forgotten
+    assert refused(unstored_call["id"], _answer(unstored_call, "x"))["code"] == "item_not_found"
+    _, call = _call(client)
+    assert refused(call["id"])["code"] == "tool_output_required"
 
 
 def test_images_files_reasoning_and_assistant_parts_are_accepted_and_listed_as_sent(client: OpenAI) -> None:

@@ -18,6 +18,7 @@ from resilient.protocol.input_items import HOSTED_ITEM_TYPES
 from resilient.protocol.items import validate_stored_item
 from resilient.protocol.request import normalize_input_items, parse_create_request
 
+RID = "resp_" + "cd" * 24
 PNG = "data:image/png;base64,iVBORw0KGgo="
 CALL = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": "{\"q\":1}"}
 ANSWER = {"type": "function_call_output", "call_id": "call_1", "output": "42"}
@@ -25,7 +26,7 @@ ANSWER = {"type": "function_call_output", "call_id": "call_1", "output": "42"}
 
 def stored(*items: Any) -> list[dict[str, Any]]:
     request = parse_create_request(json.dumps({"input": list(items)}).encode())
-    return normalize_input_items(request, new_message_id, new_input_item_id)
+    return normalize_input_items(request, lambda: new_message_id(RID), lambda kind: new_input_item_id(kind, RID))
 
 
 def reject(*items: Any) -> tuple[str, str | None, str]:

@@ -8,9 +8,11 @@ from resilient.agents.base import NextStep, SaveState, ToolRun
 from resilient.engine.phase_items import MAX_STATE_BYTES, AgentOutputError, PhaseItems
 from resilient.protocol.items import validate_output_item
 
+RID = "resp_" + "ab" * 24
+
 
 def test_a_tool_run_is_one_complete_mcp_call_item() -> None:
-    items = PhaseItems(3, set(), "auto")
+    items = PhaseItems(3, set(), "auto", response_id=RID)
     events = items.feed(ToolRun("send_email", '{"to": "bob"}', "sent"))
     assert [e["type"] for e in events] == ["response.output_item.added", "response.output_item.done"]
     assert events[0]["output_index"] == 3 and events[0]["item"]["status"] == "in_progress"
@@ -19,13 +21,13 @@ def test_a_tool_run_is_one_complete_mcp_call_item() -> None:
     assert (item["type"], item["name"], item["output"], item["status"]) == ("mcp_call", "send_email", "sent",
                                                                            "completed")
     validate_output_item(item)  # the openai client's own type, strictly
-    failed = PhaseItems(0, set(), "auto")
+    failed = PhaseItems(0, set(), "auto", response_id=RID)
     failed.feed(ToolRun("send_email", "{}", None, error="SMTP down"))
     assert failed.items[0]["status"] == "failed" and failed.items[0]["error"] == "SMTP down"
 
 
 def test_state_and_next_step_add_no_events_and_the_last_state_wins() -> None:
-    items = PhaseItems(0, set(), "auto")
+    items = PhaseItems(0, set(), "auto", response_id=RID)
     assert items.feed(SaveState({"a": 1})) == [] and items.feed(SaveState({"a": 2})) == []
     assert items.feed(NextStep()) == []
     assert items.state == SaveState({"a": 2}) and items.more
@@ -33,7 +35,7 @@ def test_state_and_next_step_add_no_events_and_the_last_state_wins() -> None:
 
 
 def test_state_over_the_bound_or_not_json_fails_the_step_with_a_clear_message() -> None:
-    items = PhaseItems(0, set(), "auto")
+    items = PhaseItems(0, set(), "auto", response_id=RID)
     with pytest.raises(AgentOutputError, match=f"over the limit of {MAX_STATE_BYTES} bytes"):
         items.feed(SaveState("x" * MAX_STATE_BYTES))
     with pytest.raises(AgentOutputError, match="must be JSON"):
@@ -42,4 +44,4 @@ def test_state_over_the_bound_or_not_json_fails_the_step_with_a_clear_message() 
 
 def test_a_tool_run_with_arguments_that_are_not_an_object_is_refused() -> None:
     with pytest.raises(AgentOutputError, match="must be a JSON object"):
-        PhaseItems(0, set(), "auto").feed(ToolRun("t", "[1]", "x"))
+        PhaseItems(0, set(), "auto", response_id=RID).feed(ToolRun("t", "[1]", "x"))

@@ -477,9 +477,10 @@ def test_real_message_ids_are_fresh_and_safe() -> None:
     req = parse_create_request(
         body(input=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     )
-    ids = [item["id"] for item in normalize_input_items(req, new_message_id)]
+    rid = "resp_" + "0f" * 24
+    ids = [item["id"] for item in normalize_input_items(req, lambda: new_message_id(rid))]
     assert len(set(ids)) == 2
-    assert all(i.startswith("msg_") and is_safe_id(i) for i in ids)
+    assert all(i.startswith("msg_" + "0f" * 24) and len(i) == 4 + 64 and is_safe_id(i) for i in ids)
 
 
 # --------------------------------------------------------------------------- bounded input

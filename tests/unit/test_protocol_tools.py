@@ -17,6 +17,8 @@ from resilient.protocol.request import normalize_input_items, parse_create_reque
 TOOL = {"type": "function", "name": "lookup", "description": "d",
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}, "strict": True}
 
+RID = "resp_" + "ab" * 24
+
 
 def _error(body: dict[str, Any]) -> ApiError:
     with pytest.raises(ApiError) as raised:
@@ -97,7 +99,7 @@ def _validated(events: list[dict[str, Any]]) -> list[str]:
 
 
 def test_phase_items_text_then_streamed_call() -> None:
-    items = PhaseItems(5, {"lookup"}, "auto")
+    items = PhaseItems(5, {"lookup"}, "auto", response_id=RID)
     events = items.feed("Let me check.") + items.feed(Usage(10, 2))
     events += items.feed(FunctionCallDelta(0, '{"query":', name="lookup")) + items.feed(FunctionCallDelta(0, ' "q"}'))
     events += items.close("completed", ensure_item=True)
@@ -115,19 +117,19 @@ def test_phase_items_text_then_streamed_call() -> None:
 
 
 def test_phase_items_approval_and_refusals() -> None:
-    items = PhaseItems(0, {"lookup"}, "none")
+    items = PhaseItems(0, {"lookup"}, "none", response_id=RID)
     events = items.feed(ApprovalRequest("deploy", '{"to": "prod"}'))
     assert _validated(events) == ["response.output_item.added", "response.output_item.done"]
     assert items.paused and items.items[0]["type"] == "mcp_approval_request"
     with pytest.raises(AgentOutputError, match="tool_choice is 'none'"):
         items.feed(FunctionCall("lookup"))
     with pytest.raises(AgentOutputError, match="not one of the request's tools"):
-        PhaseItems(0, {"lookup"}, "auto").feed(FunctionCall("other"))
+        PhaseItems(0, {"lookup"}, "auto", response_id=RID).feed(FunctionCall("other"))
     with pytest.raises(AgentOutputError, match="not valid JSON"):
-        PhaseItems(0, {"lookup"}, "auto").feed(FunctionCall("lookup", "{oops"))
+        PhaseItems(0, {"lookup"}, "auto", response_id=RID).feed(FunctionCall("lookup", "{oops"))
 
 
 def test_a_phase_that_yields_nothing_still_gets_an_item() -> None:
-    items = PhaseItems(2, set(), "auto")
+    items = PhaseItems(2, set(), "auto", response_id=RID)
     assert _validated(items.close("incomplete", ensure_item=True))[-1] == "response.output_item.done"
     assert items.items[0]["status"] == "incomplete" and items.items[0]["content"][0]["text"] == ""

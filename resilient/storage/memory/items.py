@@ -9,7 +9,7 @@ transaction (100 items, 3 MiB) or the call raises ``ValueError``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 from resilient.ids import validate_id
@@ -131,6 +131,18 @@ class MemoryItemStore:
         await round_trip()
         part = self._parts.get(rid) or ItemRows()
         return [thawed_json(part.outputs[index]) for index in sorted(part.outputs)]
+
+    async def find_items(self, response_id: str, item_ids: Collection[str]) -> list[JsonDict]:
+        rid = validate_id(response_id, param="response_id")
+        wanted = {validate_id(item_id, param="item id") for item_id in item_ids}
+        if not wanted:
+            return []
+        self.storage_calls += 1
+        await round_trip()
+        part = self._parts.get(rid) or ItemRows()
+        found = [thawed_json(part.inputs[p][1]) for p in sorted(part.inputs) if part.inputs[p][0] in wanted]
+        outputs = [thawed_json(part.outputs[index]) for index in sorted(part.outputs)]
+        return found + [item for item in outputs if item.get("id") in wanted]
 
     # -- deletion -------------------------------------------------------------------------------------
     async def delete_all(self, response_id: str) -> None:

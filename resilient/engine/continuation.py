@@ -7,15 +7,19 @@ history, the model's ``function_call`` then its output, with or without ``previo
 input. Every call must be answered, those of the input and those the previous turn ended with (as the
 OpenAI API requires: a model cannot go on with a call left open). An ``mcp_approval_response`` must answer
 the approval request the previous turn paused on; the answer decides how the paused plan continues
-(``resume`` in the new turn's row). An ``item_reference`` must name an item of the chain's earlier turns.
+(``resume`` in the new turn's row). An ``item_reference`` must name an item the turn may reach
+(``resilient/engine/references.py``: its chain's, or on a turn without a chain any stored response's); a
+referenced ``function_call`` issues its ``call_id`` as one of the input would, and on a turn without a chain,
+whose history is its input, it must be answered there too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine.references import find_chain_items
+from resilient.engine.references import find_referenced
+from resilient.engine.refusals import Invalid
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
 
@@ -28,17 +32,20 @@ MAX_TURNS_SEARCHED = 50
 
 @dataclass(frozen=True)
 class Continuation:
-    """What the new turn's row records: ``resume`` when it answers a paused plan."""
+    """What the new turn's row records: ``resume`` when it answers a paused plan; ``referenced``: the item
+    each ``item_reference`` names, by id (the create stores it in the reference's place)."""
 
     resume: dict[str, Any] | None = None
+    referenced: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 async def check_continuation(
-    storage: Storage, request: CreateResponseRequest, previous_turn: str | None
+    storage: Storage, request: CreateResponseRequest, previous_turn: str | None, *, chain_id: str | None
 ) -> Continuation:
-    """Validate the request's tool outputs and approval answers against the chain.
+    """Validate the request's tool outputs, approval answers and item references against the chain
+    ``chain_id`` (None: the turn has none, its input is its whole history).
 
-    Every refusal is a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
+    Every refusal is :class:`Invalid`: a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
     ``BadRequestError``): what the items refer to must exist in the input or the chain, every call must be
     answered, and a ``call_id`` may be answered once. The code names the broken rule.
     """
@@ -46,43 +53,47 @@ async def check_continuation(
     approvals = request.approval_responses()
     positions = {id(item): i for i, item in enumerate(request.items())}
     answered = {o.call_id for o in outputs}
-    for call in request.function_calls():
-        if call.call_id not in answered:
-            raise _output_required(call.call_id)
+    referenced = await _check_references(storage, request, chain_id, previous_turn, positions)
+    named = [referenced[ref.id] for ref in request.item_references()]
+    referenced_calls = [str(i.get("call_id")) for i in named if i.get("type") == "function_call"]
+    own_calls = [call.call_id for call in request.function_calls()]
+    if chain_id is None:  # a stateless turn: its input is its history, every call in it is answered there
+        own_calls += referenced_calls
+    for call_id in own_calls:
+        if call_id not in answered:
+            raise _output_required(call_id)
     if previous_turn is None and approvals:
         raise _not_found(positions[id(approvals[0])], "approval_request_id",
                          "this conversation has no earlier turn to answer.")
     previous_output = await _output_of(storage, previous_turn) if previous_turn is not None else []
 
     if outputs:
-        issued = {call.call_id for call in request.function_calls()}
+        issued = {*own_calls, *referenced_calls}
         issued |= {str(i.get("call_id")) for i in previous_output if i.get("type") == "function_call"}
         unknown = [o for o in outputs if o.call_id not in issued]
         if unknown and previous_turn is not None:
             issued |= await _earlier_calls(storage, previous_turn)
         for output in outputs:
             if output.call_id not in issued:
-                raise errors.invalid_request(  # OpenAI's message, param and status
+                raise _invalid(  # OpenAI's message, param and status
                     f"No tool call found for function call output with call_id {_bare(output.call_id)}.",
                     param="input", code=errors.CODE_TOOL_CALL_NOT_FOUND)
         seen: set[str] = set()
         for output in outputs:
             if output.call_id in seen:
-                raise errors.invalid_request(f"{errors.echo(output.call_id)} is answered more than once.",
-                                             code=errors.CODE_DUPLICATE_CALL_OUTPUT,
-                                             param=f"input[{positions[id(output)]}]")
+                raise _invalid(f"{errors.echo(output.call_id)} is answered more than once.",
+                               code=errors.CODE_DUPLICATE_CALL_OUTPUT, param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
             raise _output_required(item.get("call_id"))
-    await _check_references(storage, request, previous_turn, positions)
 
     if not approvals:
-        return Continuation()
+        return Continuation(referenced=referenced)
     answer = approvals[0]  # the request allows one (parse_create_request)
     pending = [i for i in previous_output if i.get("type") == "mcp_approval_request"]
     if not pending or pending[-1].get("id") != answer.approval_request_id:
-        raise errors.invalid_request(
+        raise _invalid(
             f"No pending approval request with id {errors.echo(answer.approval_request_id)} in the previous "
             "response.", param=f"input[{positions[id(answer)]}].approval_request_id",
             code=errors.CODE_APPROVAL_NOT_FOUND)
@@ -92,7 +103,7 @@ async def check_continuation(
         "approve": answer.approve,
         "reason": answer.reason,
         "name": pending[-1].get("name"),
-    })
+    }, referenced=referenced)
 
 
 async def _output_of(storage: Storage, response_id: str) -> list[dict[str, Any]]:
@@ -119,31 +130,38 @@ async def _earlier_calls(storage: Storage, previous_turn: str) -> set[str]:
     return found
 
 
-async def _check_references(storage: Storage, request: CreateResponseRequest, previous_turn: str | None,
-                            positions: dict[int, int]) -> None:
-    """Every ``item_reference`` names an item of the chain's earlier turns (never of another chain: the
-    search follows this chain only)."""
+async def _check_references(storage: Storage, request: CreateResponseRequest, chain_id: str | None,
+                            previous_turn: str | None, positions: dict[int, int]) -> dict[str, dict[str, Any]]:
+    """The item each ``item_reference`` names, by id; a reference to nothing the turn may reach is a 400
+    (``find_referenced`` says what it may reach: never another chain's items)."""
     references = request.item_references()
     if not references:
-        return
-    found = await find_chain_items(storage, previous_turn, {ref.id for ref in references})
+        return {}
+    found = await find_referenced(storage, {ref.id for ref in references}, chain_id=chain_id,
+                                  previous_turn=previous_turn)
     for ref in references:
         if ref.id not in found:
-            raise errors.invalid_request(f"Item with id {errors.echo(ref.id)} not found in this conversation's "
-                                         "earlier turns.", param=f"input[{positions[id(ref)]}].id",
-                                         code=errors.CODE_ITEM_NOT_FOUND)
+            where = "this conversation's earlier turns" if chain_id is not None else "any stored response"
+            raise _invalid(f"Item with id {errors.echo(ref.id)} not found in {where}.",
+                           param=f"input[{positions[id(ref)]}].id", code=errors.CODE_ITEM_NOT_FOUND)
+    return found
 
 
-def _output_required(call_id: object) -> errors.ApiError:
-    return errors.invalid_request(  # OpenAI's message, param and status
+def _invalid(message: str, *, param: str, code: str) -> Invalid:
+    """A refusal the HTTP layer answers with 400 ``invalid_request_error`` (``http/results.translated``)."""
+    return Invalid(code, message, param)
+
+
+def _output_required(call_id: object) -> Invalid:
+    return _invalid(  # OpenAI's message, param and status
         f"No tool output found for function call {_bare(call_id)}.", code=errors.CODE_TOOL_OUTPUT_REQUIRED,
         param="input")
 
 
-def _not_found(position: int, field: str, detail: str) -> errors.ApiError:
+def _not_found(position: int, field: str, detail: str) -> Invalid:
     code = errors.CODE_TOOL_CALL_NOT_FOUND if field == "call_id" else errors.CODE_APPROVAL_NOT_FOUND
-    return errors.invalid_request(f"Nothing to answer for 'input[{position}].{field}': {detail}",
-                                  param=f"input[{position}].{field}", code=code)
+    return _invalid(f"Nothing to answer for 'input[{position}].{field}': {detail}",
+                    param=f"input[{position}].{field}", code=code)
 
 
 def _bare(value: object) -> str:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from resilient.agents.base import output_text
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
+from resilient.typed_answers import answer_problem
 
 if TYPE_CHECKING:
     from resilient.protocol.request import CreateResponseRequest
@@ -64,6 +66,7 @@ async def check_continuation(
                                              code=errors.CODE_DUPLICATE_CALL_OUTPUT,
                                              param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
+    _check_typed_answers(previous_output, outputs, positions)
     answered = {o.call_id for o in outputs}
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
@@ -87,6 +90,20 @@ async def check_continuation(
         "reason": answer.reason,
         "name": pending[-1].get("name"),
     })
+
+
+def _check_typed_answers(previous_output: list[dict[str, Any]], outputs: list[Any], positions: dict[int, int]) -> None:
+    """A workflow asked for a typed answer (``request_info``): an output of the wrong type is refused here, so
+    the workflow keeps waiting (:mod:`resilient.typed_answers`)."""
+    calls = {str(i.get("call_id")): i for i in previous_output if i.get("type") == "function_call"}
+    for output in outputs:
+        call = calls.get(output.call_id)
+        problem = answer_problem(call, output_text(output.output)) if call is not None else None
+        if problem:
+            raise errors.invalid_request(
+                f"The output for call_id {_bare(output.call_id)} does not answer the workflow's request "
+                f"{errors.echo(call.get('name') if call else '')}: {problem} The workflow is still waiting for "
+                "an answer.", param=f"input[{positions[id(output)]}].output", code=errors.CODE_INVALID_VALUE)
 
 
 async def _output_of(storage: Storage, response_id: str) -> list[dict[str, Any]]:

@@ -227,3 +227,12 @@ async def test_a_stored_checkpoint_is_decoded_only_into_allowed_types(tmp_path: 
     finally:
         strict.close()
 
+
+
+def test_a_workflow_request_is_a_function_call_item_whatever_the_request_offers() -> None:
+    from resilient.engine.phase_items import PhaseItems
+
+    items = PhaseItems(0, set(), "none")  # no tools offered, tool_choice none: a workflow may still ask
+    items.feed(FunctionCall("publish_request", '{"data": {}}', call_id="wfreq_1", agent_defined=True))
+    assert [(i["type"], i["name"], i["call_id"]) for i in items.items] == [("function_call", "publish_request",
+                                                                           "wfreq_1")]

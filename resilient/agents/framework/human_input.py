@@ -51,7 +51,7 @@ def as_function_call(event: Any) -> FunctionCall:
     arguments = {"data": _jsonable(event.data), "response_type": type_label(response_type),
                  "response_schema": _schema(response_type)}
     return FunctionCall(function_name(event.request_type), json.dumps(arguments, ensure_ascii=False),
-                        call_id=CALL_ID_PREFIX + str(event.request_id))
+                        call_id=CALL_ID_PREFIX + str(event.request_id), agent_defined=True)
 
 
 def request_id_of(call_id: str) -> str | None:

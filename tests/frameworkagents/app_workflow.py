@@ -5,8 +5,8 @@
 so: "title" asks for a ``str``, "approval" sends a :class:`PublishRequest` and wants a :class:`Decision`,
 "both" asks both in one superstep. ``draft`` waits ``WORKFLOW_DRAFT_DELAY`` seconds (room to kill a worker
 mid-superstep). ``build_as_agent``: the same as a ``WorkflowAgent``. ``build_with_agents``: two agent
-executors that each call the fake model once. ``build_shared`` returns one workflow object every time, and
-``build_functional`` a functional ``@workflow`` (both refused). No ``from __future__ import annotations``:
+executors that each call the fake model once. ``build_shared`` returns one workflow object every time
+(refused at its second step). No ``from __future__ import annotations``:
 Agent Framework reads the handlers' annotations.
 """
 
@@ -26,7 +26,6 @@ from agent_framework import (
     handler,
     register_checkpoint_type,
     response_handler,
-    workflow,
 )
 
 from tests.frameworkagents.app_agents import _client, _record
@@ -128,12 +127,3 @@ def build_shared() -> Any:
     if not _SHARED:
         _SHARED.append(build())
     return _SHARED[0]
-
-
-@workflow
-async def functional_pipeline(text: str) -> str:
-    return text.upper()
-
-
-def build_functional() -> Any:
-    return functional_pipeline

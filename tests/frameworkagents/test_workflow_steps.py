@@ -174,9 +174,10 @@ async def test_a_workflow_agent_runs_as_its_workflow_superstep_by_superstep(effe
     assert sum(isinstance(o, NextStep) for o in outputs) == 3  # topic, outline, draft; publish ends the turn
 
 
+@pytest.mark.filterwarnings(r"ignore:\[FUNCTIONAL_WORKFLOWS\]")
 def test_a_functional_workflow_is_refused_with_what_to_do_instead() -> None:
     with pytest.raises(AgentLoadError, match=r"functional workflow .*Build the workflow with WorkflowBuilder"):
-        load_agent(f"{APP}:build_functional", settings())
+        load_agent("tests.frameworkagents.app_functional:build", settings())
 
 
 def test_an_agent_that_cannot_be_stepped_is_refused_with_what_to_do_instead() -> None:

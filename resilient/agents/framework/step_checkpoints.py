@@ -88,3 +88,27 @@ class StepCheckpointStorage:
 
     async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
         return await self._files.list_checkpoint_ids(workflow_name=workflow_name)
+
+
+async def encode_checkpoint(checkpoint: WorkflowCheckpoint, allowed_checkpoint_types: list[str] | None = None
+                            ) -> dict[str, Any]:
+    """``checkpoint`` as Agent Framework's storage encodes it (JSON); refused when it would not decode under
+    the allowed types."""
+    storage = StepCheckpointStorage(allowed_checkpoint_types)
+    try:
+        await storage.save(checkpoint)
+        encoded = storage.encoded()
+        assert encoded is not None
+        return encoded
+    finally:
+        storage.close()
+
+
+async def decode_checkpoint(encoded: dict[str, Any], allowed_checkpoint_types: list[str] | None = None
+                            ) -> WorkflowCheckpoint:
+    """The checkpoint ``encoded`` holds, built only from allowed types."""
+    storage = StepCheckpointStorage(allowed_checkpoint_types)
+    try:
+        return await storage.load(await storage.restore(encoded))
+    finally:
+        storage.close()

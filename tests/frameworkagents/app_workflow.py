@@ -111,12 +111,20 @@ async def ask_both(text: str, ctx: WorkflowContext[str]) -> None:
     await ctx.send_message(text)
 
 
+@executor(id="archive")
+async def archive(text: str, ctx: WorkflowContext[str]) -> None:
+    await asyncio.sleep(float(os.environ.get("WORKFLOW_ARCHIVE_DELAY", "0") or 0))
+    _record("archive")
+
+
 def build_with_agents() -> Any:
-    """Two agent executors fed the same input; the fake model answers "thanks" with text (one call each)."""
+    """Two agent executors fed the same input; the fake model answers "thanks" with text (one call each). In
+    the same superstep ``archive`` waits ``WORKFLOW_ARCHIVE_DELAY`` seconds (room to kill the worker after
+    the model calls, before the superstep's checkpoint)."""
     writer = AgentExecutor(Agent(client=_client(), name="writer", instructions="Write."), id="writer")
     editor = AgentExecutor(Agent(client=_client(), name="editor", instructions="Edit."), id="editor")
     return (WorkflowBuilder(name="agents", start_executor=ask_both)
-            .add_fan_out_edges(ask_both, [writer, editor]).build())
+            .add_fan_out_edges(ask_both, [writer, editor, archive]).build())
 
 
 _SHARED: list[Any] = []

@@ -145,14 +145,35 @@ def test_a_wrong_typed_answer_is_a_400_naming_the_type_and_the_workflow_still_wa
     assert "publish" not in kinds(effects_of(effects_file, answered.id))
 
 
-def test_a_workflow_with_agent_executors_reports_their_models_usage(fake_model: FakeModel,
-                                                                     effects_file: Path) -> None:
-    env = framework_env("tests.frameworkagents.app_workflow:build_with_agents", fake_model, effects_file)
-    with HostDouble(ROOT, env=env, settings=None) as double:
-        client = OpenAI(base_url=double.base_url, api_key="local", max_retries=0, timeout=60.0)
-        response = client.responses.create(model="wf", input="thanks")
+@pytest.fixture(scope="module")
+def agents_double(fake_model: FakeModel, effects_file: Path) -> Iterator[HostDouble]:
+    env = {**framework_env("tests.frameworkagents.app_workflow:build_with_agents", fake_model, effects_file),
+           "WORKFLOW_ARCHIVE_DELAY": "2.0"}
+    with HostDouble(ROOT, env=env, settings=None) as running:
+        yield running
+
+
+def model_calls(fake_model: FakeModel, marker: str) -> int:
+    return sum(1 for r in fake_model.chat_requests() if marker in json.dumps(r.body["messages"]))
+
+
+def test_a_workflow_with_agent_executors_reports_their_models_usage(agents_double: HostDouble) -> None:
+    client = OpenAI(base_url=agents_double.base_url, api_key="local", max_retries=0, timeout=60.0)
+    response = client.responses.create(model="wf", input="thanks")
     assert response.status == "completed", response.error
     assert response.usage is not None
     assert response.usage.input_tokens == 2 * PROMPT_TOKENS and response.usage.output_tokens == 2 * COMPLETION_TOKENS
     assert response.usage.total_tokens == 2 * (PROMPT_TOKENS + COMPLETION_TOKENS)
 
+
+def test_a_superstep_run_again_after_a_kill_counts_its_usage_once(agents_double: HostDouble,
+                                                                  fake_model: FakeModel) -> None:
+    client = OpenAI(base_url=agents_double.base_url, api_key="local", max_retries=0, timeout=60.0)
+    marker = "thanks, once counted"
+    created = client.responses.create(model="wf", input=marker, background=True)
+    wait_until(lambda: model_calls(fake_model, marker) == 2, timeout=20)  # both agents answered ...
+    kill(agents_double)  # ... while archive still sleeps: the superstep is not checkpointed yet
+    done = wait_until(lambda: (r := client.responses.retrieve(created.id)).status == "completed" and r, timeout=60)
+    assert model_calls(fake_model, marker) == 4  # the superstep ran again, its models too
+    assert done.usage is not None
+    assert done.usage.input_tokens == 2 * PROMPT_TOKENS and done.usage.output_tokens == 2 * COMPLETION_TOKENS

@@ -39,7 +39,10 @@ def answer_problem(call_item: dict[str, Any], output: str) -> str | None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    error = best_match(Draft202012Validator(schema).iter_errors(value))
+    try:
+        error = best_match(Draft202012Validator(schema).iter_errors(value))
+    except Exception:  # a schema the validator cannot use: the worker's parse into the type still checks it
+        return None
     if error is None:
         return None
     where = "".join(f"[{p!r}]" for p in error.absolute_path)

@@ -87,12 +87,15 @@ class FrameworkWorkflow:
     async def _superstep(self, context: PhaseContext, storage: StepCheckpointStorage) -> AsyncIterator[PhaseOutput]:
         state = context.state if isinstance(context.state, dict) and context.state.get("kind") == STATE_KIND else {}
         workflow = self.fresh_workflow()
-        checkpoint_id = await storage.restore(state["checkpoint"]) if state.get("checkpoint") else None
-        answers = _answers(context) if state.get("pending") else {}
-        if state.get("turn") == context.request.response_id and checkpoint_id:
+        # Restored only when this step continues it: a new turn starts a new run, even after an odd checkpoint.
+        own_turn = state.get("turn") == context.request.response_id
+        answers = _answers(context) if state.get("pending") and not own_turn else {}
+        checkpoint = state.get("checkpoint") if own_turn or answers else None
+        if checkpoint and own_turn:
+            checkpoint_id = await storage.restore(checkpoint)
             stream = workflow.run(checkpoint_id=checkpoint_id, checkpoint_storage=storage, stream=True)
-        elif answers and checkpoint_id:
-            responses = await _typed_responses(workflow, checkpoint_id, storage, answers)
+        elif checkpoint:
+            responses = await _typed_responses(workflow, await storage.restore(checkpoint), storage, answers)
             stream = workflow.run(responses=responses, checkpoint_storage=storage, stream=True)
         else:
             stream = workflow.run(_input(workflow, context), checkpoint_storage=storage, stream=True)

@@ -1,13 +1,14 @@
 """The Agent Framework workflows the framework tests plug into the app (``RESILIENT_AGENT=...:build`` etc.).
 
 ``build``: three supersteps, ``outline`` → ``draft`` → ``publish``, each recording its side effect in
-``SIDE_EFFECTS_FILE`` (see ``app_agents.py``). ``publish`` asks first (``request_info``) when the input says
-so: "title" asks for a ``str``, "approval" sends a :class:`PublishRequest` and wants a :class:`Decision`,
-"both" asks both in one superstep. ``draft`` waits ``WORKFLOW_DRAFT_DELAY`` seconds (room to kill a worker
-mid-superstep). ``build_as_agent``: the same as a ``WorkflowAgent``. ``build_with_agents``: two agent
-executors that each call the fake model once. ``build_shared`` returns one workflow object every time
-(refused at its second step). No ``from __future__ import annotations``:
-Agent Framework reads the handlers' annotations.
+``SIDE_EFFECTS_FILE`` (see ``app_agents.py``); ``outline`` fails when the input says "explode".
+``publish`` asks first (``request_info``) when the input says so: "title" asks for a ``str``,
+"approval" sends a :class:`PublishRequest` and wants a :class:`Decision`, "both" asks both in one
+superstep. ``draft`` waits ``WORKFLOW_DRAFT_DELAY`` seconds (room to kill a worker mid-superstep), and
+the decision's handler ``WORKFLOW_DECIDE_DELAY`` seconds (after recording "deciding").
+``build_as_agent``: the same as a ``WorkflowAgent``. ``build_with_agents``: two agent executors that
+each call the fake model once. ``build_shared`` returns one workflow object every time (refused at its
+second step). No ``from __future__ import annotations``: Agent Framework reads the handlers' annotations.
 """
 
 import asyncio
@@ -49,6 +50,8 @@ register_checkpoint_type(Decision)
 
 @executor(id="outline")
 async def outline(text: str, ctx: WorkflowContext[str]) -> None:
+    if "explode" in text:
+        raise RuntimeError("the outline exploded")
     _record("outline", text=text)
     await ctx.send_message(f"outline of {text}")
 
@@ -82,6 +85,8 @@ class Publish(Executor):
 
     @response_handler
     async def decided(self, request: PublishRequest, decision: Decision, ctx: WorkflowContext[str, str]) -> None:
+        _record("deciding")
+        await asyncio.sleep(float(os.environ.get("WORKFLOW_DECIDE_DELAY", "0") or 0))
         if decision.approved:
             _record("publish", note=decision.note)
             await ctx.yield_output(f"Published after approval ({decision.note}) of {request.words} words. ")

@@ -107,6 +107,14 @@ async def test_a_turn_abandoned_mid_superstep_leaves_nothing_for_the_next(effect
     assert text(outputs) == "Drafted from the outline of second. Published."
 
 
+async def test_a_failed_turn_leaves_nothing_for_the_next(effects: Path) -> None:
+    agent = load_agent(f"{APP}:build", settings())
+    with pytest.raises(RuntimeError, match="the outline exploded"):
+        await run_turn(agent, request("resp_f", "explode"))
+    outputs, _ = await run_turn(agent, request("resp_g", "calm"))
+    assert text(outputs) == "Drafted from the outline of calm. Published."
+
+
 async def test_a_factory_that_returns_one_workflow_twice_is_refused_with_a_reason(effects: Path) -> None:
     agent = load_agent(f"{APP}:build_shared", settings())
     first = agent.run_phase(PhaseContext(request=request("resp_1", "one"), plan=[], phase_index=0,

@@ -28,7 +28,8 @@ WORKFLOW = "tests.frameworkagents.app_workflow:build"
 
 @pytest.fixture(scope="module")
 def workflow_double(fake_model: FakeModel, effects_file: Path) -> Iterator[HostDouble]:
-    env = {**framework_env(WORKFLOW, fake_model, effects_file), "WORKFLOW_DRAFT_DELAY": "1.0"}
+    env = {**framework_env(WORKFLOW, fake_model, effects_file), "WORKFLOW_DRAFT_DELAY": "1.0",
+           "WORKFLOW_DECIDE_DELAY": "1.0"}
     with HostDouble(ROOT, env=env, settings=None) as running:
         yield running
 
@@ -122,7 +123,7 @@ def test_a_title_and_a_decision_are_asked_and_answered_with_typed_outputs_across
         {"type": "function_call_output", "call_id": decision.call_id, "output": '{"approved": true, "note": "ok"}'}])
     assert answered.status == "completed", answered.error
     assert answered.output_text == "Published as 'Owls at dusk'. Published after approval (ok) of 5 words. "
-    assert kinds(effects_of(effects_file, answered.id)) == ["publish", "publish"]
+    assert kinds(effects_of(effects_file, answered.id)) == ["publish", "deciding", "publish"]
 
 
 def test_a_wrong_typed_answer_is_a_400_naming_the_type_and_the_workflow_still_waits(
@@ -143,6 +144,20 @@ def test_a_wrong_typed_answer_is_a_400_naming_the_type_and_the_workflow_still_wa
     assert answered.status == "completed", answered.error
     assert answered.output_text == "Not published. "
     assert "publish" not in kinds(effects_of(effects_file, answered.id))
+
+
+def test_a_kill_while_an_answer_is_applied_runs_only_that_superstep_again(
+        wf_client: OpenAI, workflow_double: HostDouble, effects_file: Path) -> None:
+    asked = wf_client.responses.create(model="wf", input="needs approval again")
+    (decision,) = asked_calls(asked)
+    answering = wf_client.responses.create(model="wf", previous_response_id=asked.id, background=True, input=[
+        {"type": "function_call_output", "call_id": decision.call_id, "output": '{"approved": true, "note": "k"}'}])
+    wait_until(lambda: "deciding" in kinds(effects_of(effects_file, answering.id)), timeout=30)
+    kill(workflow_double)  # while the decision's handler sleeps, before its superstep's checkpoint
+    done = wait_until(lambda: (r := wf_client.responses.retrieve(answering.id)).status == "completed" and r,
+                      timeout=60)
+    assert done.output_text == "Published after approval (k) of 5 words. "
+    assert kinds(effects_of(effects_file, answering.id)) == ["deciding", "deciding", "publish"]
 
 
 @pytest.fixture(scope="module")

@@ -109,6 +109,7 @@ async def _one_superstep(stream: Any, storage: StepCheckpointStorage,
     saved_before = storage.saved
     completed = 0  # supersteps this step ran to the end (a fresh run checkpoints once before its first)
     requests: dict[str, Any] = {}
+    failure: Any = None
     async for event in stream:
         kind = getattr(event, "type", None)
         if kind == "superstep_completed":
@@ -129,9 +130,10 @@ async def _one_superstep(stream: Any, storage: StepCheckpointStorage,
                 yield usage
         elif kind == "request_info":
             requests[str(event.request_id)] = event  # every request of the superstep, each once
-        elif kind == "failed":
-            details = getattr(event, "details", None)
-            raise RuntimeError(f"the workflow failed: {getattr(details, 'message', details)}")
+        elif kind == "failed":  # the stream raises the executor's own exception next (with its message)
+            failure = getattr(event, "details", None)
+    if failure is not None:
+        raise RuntimeError(f"the workflow failed: {getattr(failure, 'message', failure)}")
     _check_saved(storage)
     pending = [{"request_id": rid, "call_id": str(as_function_call(e).call_id)} for rid, e in requests.items()]
     yield SaveState(_state(context, storage, pending or None))

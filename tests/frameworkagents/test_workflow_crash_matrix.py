@@ -62,7 +62,9 @@ def test_killed_after_event(kill_after: int, matrix_client: OpenAI, matrix_doubl
     assert events[-1].type == "response.completed", notes
     numbers = [e.sequence_number for e in events]
     assert numbers == list(range(len(numbers)))  # no gap, no repeat
-    assert matrix_client.responses.retrieve(response_id).output_text == EXPECTED
+    final = matrix_client.responses.retrieve(response_id)
+    assert final.output_text == EXPECTED
+    assert [(i.type, i.status) for i in final.output] == [("message", "completed")] * 2  # draft's, publish's
     effects = effects_of(effects_file, response_id)
     ran = [e["effect"] for e in effects]
     assert list(dict.fromkeys(ran)) == ["outline", "draft", "publish"]  # in order, each superstep once ...

@@ -2,8 +2,10 @@
 
 ``outline`` → ``draft`` → ``review``. Each superstep is a step of the response: checkpointed when it ends,
 so a worker kill or a whole-host restart resumes the workflow from the last finished superstep. ``review``
-asks a person (``request_info``) before it publishes; the response ends with an ``mcp_approval_request``
-and the next turn's ``mcp_approval_response`` answers it. No model needed.
+asks a person (``request_info``, a ``bool`` answer) before it publishes; the response ends with a
+``function_call`` item named ``request_info`` whose arguments carry the question, and the next turn's
+``function_call_output`` (output ``true`` or ``false``) answers it. The factory builds a new workflow on
+every call: the service calls it for every step. No model needed.
 
 No ``from __future__ import annotations`` here: Agent Framework reads the handlers' type annotations.
 """

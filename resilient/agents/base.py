@@ -62,11 +62,14 @@ class Phase:
 class FunctionCall:
     """A complete call of the request's function tool ``name``; ``arguments`` is a JSON object text.
     ``call_id``: the model's own id for the call, when the agent keeps it (the client's
-    ``function_call_output`` then names the call the model knows); else one is made."""
+    ``function_call_output`` then names the call the model knows); else one is made.
+    ``agent_defined``: the agent asks the client this itself (a workflow's ``request_info``), so ``name`` need
+    not be one of the request's tools, and ``tool_choice`` does not apply."""
 
     name: str
     arguments: str = "{}"
     call_id: str | None = None
+    agent_defined: bool = False
 
     @classmethod
     def of(cls, name: str, arguments: Mapping[str, Any]) -> FunctionCall:

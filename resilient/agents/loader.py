@@ -3,10 +3,16 @@
 The callable takes no arguments or the app's :class:`~resilient.settings.Settings` and returns one of:
 
 * an agent written to this service's phase API (:class:`resilient.agents.base.Agent`: ``plan`` and
-  ``run_phase``), run as it is;
-* an Agent Framework agent (``agent_framework.Agent``, or anything with its ``run`` method), run step by
-  step (:mod:`resilient.agents.framework.agent`);
-* an Agent Framework ``Workflow``, run superstep by superstep (:mod:`resilient.agents.framework.workflow`).
+  ``run_phase``), run as it is (built once per worker and shared by its responses);
+* an Agent Framework agent (``agent_framework.Agent``, or another agent whose ``run`` takes per-run
+  middleware), run step by step (:mod:`resilient.agents.framework.agent`), built once per worker and shared
+  (it keeps no per-run state: each run's conversation travels in the step's state);
+* an Agent Framework ``Workflow``, or a ``WorkflowAgent`` (``workflow.as_agent()``), run superstep by
+  superstep (:mod:`resilient.agents.framework.workflow`). A workflow keeps its run's state, so the callable
+  is called again for every step and must build a new one each time.
+
+Refused, with a sentence saying why and what to return instead (:mod:`resilient.agents.kinds`): a functional
+``@workflow``, and an agent whose ``run`` takes no middleware (it cannot be stepped).
 
 The module is imported like any app module (the app's folder or ``PYTHONPATH``). Agent Framework itself is
 imported only when the configured agent is one of its types, so the default app starts without it.
@@ -22,8 +28,10 @@ import importlib
 import inspect
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
+from resilient.agents import kinds
 from resilient.agents.base import Agent
 from resilient.settings import Settings
 
@@ -57,7 +65,26 @@ def _report(message: str) -> None:
 
 
 def load_agent(spec: str, settings: Settings) -> Agent:
-    """Import ``module:callable``, call it, and wrap what it returns (see the module docstring)."""
+    """Import ``module:callable``, call it once to see what it builds, and wrap that (module docstring)."""
+    factory = _factory(spec)
+    attribute = spec.partition(":")[2]
+
+    def build() -> Any:
+        try:
+            built = factory(settings) if _takes_one_argument(factory) else factory()
+        except Exception as error:
+            raise AgentLoadError(f"{SETTING}={spec!r}: {attribute}() raised {type(error).__name__}: {error}") from error
+        if inspect.isawaitable(built):
+            close = getattr(built, "close", None)
+            if callable(close):
+                close()  # the coroutine is never awaited: say so instead of a RuntimeWarning
+            raise AgentLoadError(f"{SETTING}={spec!r}: {attribute!r} is async; it must return the agent directly.")
+        return built
+
+    return wrap_agent(build(), spec, rebuild=build)
+
+
+def _factory(spec: str) -> Any:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise AgentLoadError(f"{SETTING}={spec!r} must have the form 'module:callable' (e.g. 'my_agent:build').")
@@ -74,39 +101,31 @@ def load_agent(spec: str, settings: Settings) -> Agent:
     if not callable(factory):
         raise AgentLoadError(f"{SETTING}={spec!r}: {attribute!r} is not callable; it should be a function or "
                              f"class that returns the agent.")
-    try:
-        built = factory(settings) if _takes_one_argument(factory) else factory()
-        if inspect.isawaitable(built):
-            raise AgentLoadError(f"{SETTING}={spec!r}: {attribute!r} is async; it must return the agent directly.")
-    except AgentLoadError:
-        raise
-    except Exception as error:
-        raise AgentLoadError(f"{SETTING}={spec!r}: {attribute}() raised {type(error).__name__}: {error}") from error
-    return wrap_agent(built, spec)
+    return factory
 
 
-def wrap_agent(built: Any, spec: str = "the agent") -> Agent:
-    """Run ``built`` as this service's agent, whatever kind it is (see the module docstring)."""
+def wrap_agent(built: Any, spec: str = "the agent", rebuild: Callable[[], Any] | None = None) -> Agent:
+    """Run ``built`` as this service's agent, whatever kind it is (see the module docstring). ``rebuild``
+    makes a new one (the app's factory); a workflow is built anew for every step with it."""
     if callable(getattr(built, "plan", None)) and callable(getattr(built, "run_phase", None)):
         agent: Agent = built
         return agent
-    if _is_workflow(built):
+    kind = kinds.classify(built)
+    if kind is kinds.Kind.REFUSED:
+        raise AgentLoadError(f"{SETTING}: {spec} returned {kinds.refusal(built)}")
+    if kind in (kinds.Kind.WORKFLOW, kinds.Kind.WORKFLOW_AGENT):
         from resilient.agents.framework.workflow import FrameworkWorkflow
 
-        return FrameworkWorkflow(built)
-    if callable(getattr(built, "run", None)):
+        return FrameworkWorkflow(kinds.workflow_builder(built, kind, rebuild, spec))
+    if kind is kinds.Kind.AGENT:
         from resilient.agents.framework.agent import FrameworkAgent
 
-        return FrameworkAgent(built)
+        wrapped = FrameworkAgent(built)
+        if not getattr(wrapped, "steps", True):
+            raise AgentLoadError(f"{SETTING}: {spec} returned {kinds.not_stepped(built)}")
+        return wrapped
     raise AgentLoadError(f"{SETTING}: {spec} returned {type(built).__name__}, which is neither an Agent Framework "
                          f"agent or workflow nor an agent with plan() and run_phase().")
-
-
-def _is_workflow(built: Any) -> bool:
-    for cls in type(built).__mro__:
-        if cls.__name__ == "Workflow" and cls.__module__.startswith("agent_framework"):
-            return True
-    return False
 
 
 def _takes_one_argument(factory: Any) -> bool:

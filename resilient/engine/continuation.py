@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from resilient.agents.base import output_text
 from resilient.engine.references import find_referenced
 from resilient.engine.refusals import Invalid
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
+from resilient.typed_answers import answer_problem
 
 if TYPE_CHECKING:
     from resilient.protocol.request import CreateResponseRequest
@@ -84,6 +86,7 @@ async def check_continuation(
                 raise _invalid(f"{errors.echo(output.call_id)} is answered more than once.",
                                code=errors.CODE_DUPLICATE_CALL_OUTPUT, param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
+    _check_typed_answers(previous_output, outputs, positions)
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
             raise _output_required(item.get("call_id"))
@@ -145,6 +148,20 @@ async def _check_references(storage: Storage, request: CreateResponseRequest, ch
             raise _invalid(f"Item with id {errors.echo(ref.id)} not found in {where}.",
                            param=f"input[{positions[id(ref)]}].id", code=errors.CODE_ITEM_NOT_FOUND)
     return found
+
+
+def _check_typed_answers(previous_output: list[dict[str, Any]], outputs: list[Any], positions: dict[int, int]) -> None:
+    """A workflow asked for a typed answer (``request_info``): an output of the wrong type is refused here, so
+    the workflow keeps waiting (:mod:`resilient.typed_answers`)."""
+    calls = {str(i.get("call_id")): i for i in previous_output if i.get("type") == "function_call"}
+    for output in outputs:
+        call = calls.get(output.call_id)
+        problem = answer_problem(call, output_text(output.output)) if call is not None else None
+        if problem:
+            raise _invalid(
+                f"The output for call_id {_bare(output.call_id)} does not answer the workflow's request "
+                f"{errors.echo(call.get('name') if call else '')}: {problem} The workflow is still waiting for "
+                "an answer.", param=f"input[{positions[id(output)]}].output", code=errors.CODE_INVALID_VALUE)
 
 
 def _invalid(message: str, *, param: str, code: str) -> Invalid:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.agents.base import Agent, Approval, Phase, PhaseContext, PhaseOutput, TransientAgentError
@@ -104,11 +104,13 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         raise ValueError(f"phase {index} is outside the plan of {len(plan)} phases")
     phases = steps.known(record.doc, index) if is_open else len(plan) - offset  # this turn's phases so far
 
-    if len(checkpoints) > at or (is_open and steps.finished_without_items(record.doc, index)):
+    finished = steps.finished_items(record.doc, index, at, checkpoints) if is_open else (
+        checkpoints[at:] if len(checkpoints) > at else None)
+    if finished is not None:
         # a re-delivery of a finished phase: return it, stream nothing (the runtime re-delivers the run's
         # current step; a duplicate of an older one is answered too, and its answer is dropped)
-        return steps.mark(summary(index, checkpoints[at:], control.cancel_requested,
-                                  control.pending_input_count, phases=phases), is_open, len(checkpoints[at:]))
+        return steps.mark(summary(index, finished, control.cancel_requested, control.pending_input_count,
+                                  phases=phases), is_open, len(finished))
     if control.status in TERMINAL_STATUSES or control.cancel_requested:
         return {"index": index, "stop": "cancelled"}
     if control.pending_input_count > 0:
@@ -288,16 +290,20 @@ async def record_phase(storage: Storage, record: ResponseRecord, phase: int, ite
         changes["paused"] = {"phase": phase, "approval_request_id": items.approval["id"],
                              "name": items.approval["name"], "arguments": items.approval["arguments"]}
     if changes:
-        await merge_doc(storage, record.response_id, changes)
+        count = (step, len(items.items)) if step is not None else None
+        await merge_doc(storage, record.response_id, changes,
+                        (lambda doc: steps.with_step_items(doc, *count)) if count else None)
 
 
-async def merge_doc(storage: Storage, response_id: str, changes: JsonDict) -> None:
-    """Merge ``changes`` into the row's document; a lost CAS means a control column changed meanwhile
-    (cancel, steering): read again."""
+async def merge_doc(storage: Storage, response_id: str, changes: JsonDict,
+                    derived: Callable[[JsonDict], JsonDict] | None = None) -> None:
+    """Merge ``changes`` (and what ``derived`` makes of the current document) into the row's document; a
+    lost CAS means a control column changed meanwhile (cancel, steering): read again."""
 
     async def attempt() -> None:
         current = await storage.responses.get(response_id)
-        await storage.responses.replace(current, doc_changes=changes)
+        more = derived(current.doc) if derived is not None else {}
+        await storage.responses.replace(current, doc_changes={**changes, **more})
 
     await retry_cas(attempt, ROW_CAS_ATTEMPTS,
                     lambda: PreconditionFailed(f"could not record the phase of {response_id}"))

@@ -112,7 +112,7 @@ class PhaseItems:
             return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
         if isinstance(output, FunctionCall):
             events = self._close_open("completed")
-            events += self._open_call(output.name, None, output.call_id)
+            events += self._open_call(output.name, None, output.call_id, checked=not output.agent_defined)
             events += self._arguments(output.arguments)
             return events + self._close_open("completed")
         if isinstance(output, FunctionCallDelta):
@@ -180,10 +180,11 @@ class PhaseItems:
         self._open = _Open(self._take_index(), "message", new_message_id(self._response_id))
         return ev.phase_opening_events(self._open.stream_index, self._open.item_id)
 
-    def _open_call(self, name: str, key: int | None, call_id: str | None = None) -> list[JsonDict]:
-        if not self._calls_allowed:
+    def _open_call(self, name: str, key: int | None, call_id: str | None = None,
+                   checked: bool = True) -> list[JsonDict]:
+        if checked and not self._calls_allowed:
             raise AgentOutputError(f"the agent called {name!r} but tool_choice is 'none'")
-        if name not in self._tools:
+        if checked and name not in self._tools:
             raise AgentOutputError(f"the agent called {name!r}, which is not one of the request's tools")
         self._open = _Open(self._take_index(), "function_call", new_function_call_id(self._response_id), key=key,
                            call_id=_checked_call_id(call_id) if call_id else new_call_id(), name=name)

@@ -29,6 +29,34 @@ def record(step: int, more: bool, items: int) -> JsonDict:
     return {"last": step, "more": more, "items": items}
 
 
+STEP_ITEMS_KEY = "step_items"  # in a row's document: {"<step>": how many output items that step left}
+
+
+def with_step_items(doc: JsonDict, step: int, items: int) -> JsonDict:
+    """The row's per-step item counts with step ``step``'s (read from the row as it is now, so steps
+    recorded by other processes stay)."""
+    found: Any = doc.get(STEP_ITEMS_KEY) or {}
+    return {STEP_ITEMS_KEY: {**found, str(step): items}}
+
+
+def finished_items(doc: JsonDict, index: int, at: int, checkpoints: list[JsonDict]) -> list[JsonDict] | None:
+    """Step ``index``'s own output items when it finished (its items are stored), else None.
+
+    Why counts per step: a step may leave no item (a quiet workflow superstep), so the items stored after
+    position ``at`` may be later steps'. A run resumed from its start (a repaired orchestration) re-delivers
+    every step; each must answer with its own items, or the next step's position is wrong and it runs
+    again. Rows written before the counts existed fall back to "any item at or after ``at``"."""
+    counts: Any = doc.get(STEP_ITEMS_KEY)
+    if isinstance(counts, dict):
+        own = counts.get(str(index))
+        if own is None or len(checkpoints) < at + int(own):
+            return None
+        return checkpoints[at:at + int(own)]
+    if len(checkpoints) > at:
+        return checkpoints[at:]
+    return [] if finished_without_items(doc, index) else None
+
+
 def finished_without_items(doc: JsonDict, index: int) -> bool:
     """Step ``index`` finished and left no output item: its record in the row is its only checkpoint. (A
     step with items is finished once they are stored; its record is written just before them.)"""

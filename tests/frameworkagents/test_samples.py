@@ -14,7 +14,7 @@ import uvicorn
 from resilient.agents.base import (
     AgentRequest,
     Approval,
-    ApprovalRequest,
+    FunctionCall,
     NextStep,
     PhaseContext,
     SaveState,
@@ -80,9 +80,11 @@ async def test_the_workflow_sample_asks_before_it_publishes(monkeypatch: pytest.
     workflow = load_agent("samples.workflow:build", settings())
     outputs, paused = await run_turn(workflow, user("durability", "resp_wf1"))
     assert "".join(o for o in outputs if isinstance(o, str)) == "Draft: three points about durability. "
-    assert isinstance(outputs[-1], ApprovalRequest) and outputs[-1].server_label == "workflow"
+    asked = outputs[-1]
+    assert isinstance(asked, FunctionCall) and asked.name == "request_info" and asked.call_id
+    assert json.loads(asked.arguments)["data"] == "Publish the draft on three points about durability?"
     answer = AgentRequest(response_id="resp_wf2", model="stub", instructions=None, history=[], metadata={},
-                          input_items=[], previous_state=paused)
-    resumed, _ = await run_turn(load_agent("samples.workflow:build", settings()), answer, paused,
-                                approval=Approval("mcpr_1", True))
+                          input_items=[{"type": "function_call_output", "call_id": asked.call_id, "output": "true"}],
+                          previous_state=paused)
+    resumed, _ = await run_turn(load_agent("samples.workflow:build", settings()), answer, paused)
     assert "".join(o for o in resumed if isinstance(o, str)) == "Published."

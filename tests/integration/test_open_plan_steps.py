@@ -161,3 +161,35 @@ async def test_a_large_state_is_kept_in_a_blob_and_handed_back_whole(storage: St
     assert results[-1]["final"] == {"status": "completed"}
     output = await storage.items.list_output_items(rid)
     assert output[-1]["content"][0]["text"] == "kept 300000 characters"
+
+
+class QuietFirst(Counter):
+    """A first step that leaves no item (a workflow superstep that says nothing), then two with one each."""
+
+    async def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        index = context.phase_index
+        self.started.append((index, context.state, context.is_recovery))
+        if index == 1:
+            yield ToolRun("lookup", '{"q": "x"}', "found")
+        elif index == 2:
+            yield "the answer"
+        yield SaveState({"seen": index + 1})
+        if index < 2:
+            yield NextStep()
+
+
+async def test_a_run_driven_again_from_its_start_answers_each_step_with_its_own_items(
+        storage: Storage, settings: Settings) -> None:
+    """A repaired orchestration starts over at step 0 and re-delivers every step: a step that left no item
+    must not answer with the later steps' items, or the next step's position is wrong and it runs again."""
+    agent = QuietFirst()
+    rid = await create(storage, settings)
+    engine = Engine(storage, agent, settings)
+    assert (await engine.run_phase(rid, 0, plan=True, finalize=True))["items"] == 0
+    assert (await engine.run_phase(rid, 1, finalize=True, position=0))["items"] == 1
+    # The orchestration dies here and is repaired: a new one drives the run from step 0 again.
+    again = await drive(Engine(storage, agent, settings), rid)
+    assert [r["items"] for r in again] == [0, 1, 1]
+    assert again[-1]["final"] == {"status": "completed"}
+    assert [i for i, _, _ in agent.started] == [0, 1, 2]  # no step ran twice
+    assert [i["type"] for i in await storage.items.list_output_items(rid)] == ["mcp_call", "message"]

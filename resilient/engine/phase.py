@@ -158,6 +158,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         state=state,
         is_steered_turn=bool(record.doc.get(STEERING_KEY)),
         conversation_chain_id=record.doc.get("chain_id"),
+        progress=steps.progress_for(record.doc, index),
     )
     items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice)
     claim = Claim(storage, parts.liveness, record, at, writer, head_events, first_index, previous, items,
@@ -167,7 +168,8 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     with parts.caches.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
         try:
             stopped, failure, overtime, appender = await stream(
-                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline)
+                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline,
+                keep=lambda value: merge_doc(storage, response_id, steps.progress_record(index, value)))
         except Superseded as done:
             return steps.mark(summary(index, done.items, context.cancelled, context.pending_input_count,
                                       phases=phases), is_open, len(done.items))

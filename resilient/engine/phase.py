@@ -25,6 +25,7 @@ from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness, behind_live_writer
 from resilient.engine.logtail import OPEN_ATTEMPTS
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
+from resilient.engine.progress import ProgressWriter
 from resilient.engine.pump import stream
 from resilient.engine.runmemo import RunMemo, RunMemory
 from resilient.engine.shutdown import WorkerShuttingDown
@@ -169,7 +170,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         try:
             stopped, failure, overtime, appender = await stream(
                 storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline,
-                keep=lambda value: merge_doc(storage, response_id, steps.progress_record(index, value)))
+                keep=ProgressWriter(storage, record, index))
         except Superseded as done:
             return steps.mark(summary(index, done.items, context.cancelled, context.pending_input_count,
                                       phases=phases), is_open, len(done.items))

@@ -164,3 +164,21 @@ def test_the_setting_names_what_it_cannot_load() -> None:
         load_agent("tests.frameworkagents.app_agents", settings())
     with pytest.raises(AgentLoadError, match="returned str"):
         load_agent("tests.frameworkagents.app_agents:__name__.upper", settings())
+
+
+async def test_a_tool_that_failed_before_the_crash_is_not_run_again_and_the_model_hears_the_same_error(
+        model: FakeModel, tmp_path: Path) -> None:
+    agent = wrap_agent(app_agents.build())
+    req = request("please e-mail bob")
+    first = await run_step(agent, context_for(req, 0))
+    decision = next(o.value for o in first if isinstance(o, SaveProgress))
+    failed = {**decision, "tools": {"call_2": {"output": None, "error": "RuntimeError: mail server down"}}}
+    again = await run_step(wrap_agent(app_agents.build()), context_for(req, 0, is_recovery=True, progress=failed))
+    assert [(r.name, r.output, r.error) for r in again if isinstance(r, ToolRun)] == [
+        ("send_email", None, "RuntimeError: mail server down")]
+    assert len(effects(tmp_path)) == 1  # only the first attempt's run: the failed one did not run again
+    state = [o for o in again if isinstance(o, SaveState)][-1].value
+    results = [c for m in state["messages"] for c in m["contents"] if c["type"] == "function_result"]
+    # what Agent Framework tells the model of any failed tool (without include_detailed_errors), as it did
+    # the first time
+    assert [r["result"] for r in results] == ["Error: Function failed."]

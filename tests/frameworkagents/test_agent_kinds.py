@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from agent_framework import AgentSession, InMemoryHistoryProvider, RawAgent
 
-from resilient.agents.base import NextStep, SaveState, ToolRun
+from resilient.agents.base import NextStep, PermanentAgentError, SaveState, ToolRun
 from resilient.agents.framework.agent import FrameworkAgent
 from resilient.agents.loader import AgentLoadError, wrap_agent
 from tests.fakemodel.server import FakeModel
@@ -84,3 +84,9 @@ def test_an_agent_with_its_own_history_provider_is_refused(model: FakeModel) -> 
         wrap_agent(agent)
     agent.context_providers[-1] = InMemoryHistoryProvider(load_messages=False)  # an audit log: fine
     assert isinstance(wrap_agent(agent), FrameworkAgent)
+
+
+async def test_a_factory_that_builds_an_agent_that_cannot_be_stepped_fails_the_step_with_the_reason() -> None:
+    agent = FrameworkAgent(RunOnly)
+    with pytest.raises(PermanentAgentError, match="RunOnly cannot be run step by step"):
+        await run_step(agent, context_for(request("hello"), 0))

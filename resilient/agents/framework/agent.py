@@ -89,7 +89,7 @@ class FrameworkAgent:
         from resilient.agents.loader import AgentLoadError
 
         self._factory: Callable[[], Any] | None = None
-        if callable(agent) and not callable(getattr(agent, "run", None)):
+        if isinstance(agent, type) or (callable(agent) and not callable(getattr(agent, "run", None))):
             self._factory = agent
             self.agent: Any = None
         else:

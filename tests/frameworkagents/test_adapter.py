@@ -182,3 +182,23 @@ async def test_a_tool_that_failed_before_the_crash_is_not_run_again_and_the_mode
     # what Agent Framework tells the model of any failed tool (without include_detailed_errors), as it did
     # the first time
     assert [r["result"] for r in results] == ["Error: Function failed."]
+
+
+def test_a_kept_decision_joins_streamed_text_and_replays_as_the_same_answer() -> None:
+    from agent_framework import ChatResponse, ChatResponseUpdate, Content
+
+    from resilient.agents.framework.decisions import coalesced
+
+    streamed = [ChatResponseUpdate(contents=[Content.from_text(word)], role="assistant", message_id="m1")
+                for word in ("Let ", "me ", "look ", "that ", "up.")]
+    streamed.append(ChatResponseUpdate(contents=[Content.from_function_call("call_1", "send_email",
+                                                                            arguments='{"to": "bob"}')],
+                                       role="assistant", message_id="m1"))
+    recorded = [json.loads(json.dumps(u.to_dict())) for u in streamed]
+    kept = coalesced(recorded)
+    assert len(kept) == 2
+    replayed = ChatResponse.from_updates([ChatResponseUpdate.from_dict(u) for u in kept])
+    original = ChatResponse.from_updates(streamed)
+    assert replayed.text == original.text == "Let me look that up."
+    assert [(c.type, c.call_id) for c in replayed.messages[-1].contents if c.type == "function_call"] == [
+        ("function_call", "call_1")]

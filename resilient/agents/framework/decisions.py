@@ -117,12 +117,31 @@ class ModelGate(ChatMiddleware):
 
         async def keep_if_it_calls_tools(response: ChatResponse[Any]) -> None:
             if any(c.type == "function_call" for m in response.messages for c in m.contents):
-                self._keeper.progress.decision = updates
+                self._keeper.progress.decision = coalesced(updates)
                 await self._keeper.keep()
 
         context.stream_transform_hooks.append(record)
         context.stream_result_hooks.append(keep_if_it_calls_tools)
         await call_next()
+
+
+def coalesced(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The updates with each run of text-only updates of one message joined into one: the same answer in
+    far fewer updates (a model streams text a token at a time; the kept decision stays small)."""
+    joined: list[dict[str, Any]] = []
+    for update in updates:
+        previous = joined[-1] if joined else None
+        if previous is not None and _text_only(previous) and _text_only(update) \
+                and previous.get("message_id") == update.get("message_id"):
+            previous["contents"][-1]["text"] += "".join(c["text"] for c in update["contents"])
+            continue
+        joined.append({**update, "contents": [dict(c) for c in update.get("contents") or []]})
+    return joined
+
+
+def _text_only(update: dict[str, Any]) -> bool:
+    contents = update.get("contents") or []
+    return bool(contents) and all(c.get("type") == "text" and isinstance(c.get("text"), str) for c in contents)
 
 
 def _replay(recorded: list[dict[str, Any]]) -> ResponseStream[ChatResponseUpdate, ChatResponse[Any]]:

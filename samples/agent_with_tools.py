@@ -5,11 +5,13 @@ The model: any OpenAI-compatible Chat Completions endpoint (``OPENAI_BASE_URL``,
 ``AZURE_OPENAI_DEPLOYMENT``). Offline, start the local stub model first (``python -m samples.stub_model``)
 and point ``OPENAI_BASE_URL`` at it (its default, ``http://127.0.0.1:8089/v1``).
 
-Every step (one model call and the tools it asked for) is checkpointed: after a crash, a tool whose step
-finished is not run again. ``book_meeting`` shows how a tool makes its side effect safe in the one window
-where it can repeat (its step crashed before its checkpoint): it passes ``idempotency_key()`` to the
-service it calls. ``cancel_meeting`` asks a person first (``approval_mode="always_require"``): the turn
-ends with an ``mcp_approval_request``, and the next turn's ``mcp_approval_response`` runs it or not.
+Every step (one model call and the tools it asked for) is checkpointed, and inside a step the model's
+decision and each tool's result are kept as they come: after a crash, the model is not asked again and a
+tool that returned is not run again. ``book_meeting`` shows how a tool makes its side effect safe in the
+one window where it can repeat (it was running when the worker died): it passes ``idempotency_key()``
+(the same on every attempt of that tool call) to the service it calls. ``cancel_meeting`` asks a person
+first (``approval_mode="always_require"``): the turn ends with an ``mcp_approval_request``, and the next
+turn's ``mcp_approval_response`` runs it or not.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ Besides text (``str``), a phase may yield:
 * :class:`SaveState`: JSON state to keep with this step's checkpoint (an agent's conversation, a workflow
   checkpoint id, the author's own metadata). The next step gets it as :attr:`PhaseContext.state`, and so
   does the first step of the chain's next turn.
+* :class:`SaveProgress`: JSON to keep *at once*, in the middle of a step (what an agent has done that must not
+  be done again: a model's decision, a tool's result). The engine writes it before it asks for the step's
+  next output; if the worker dies before the step's checkpoint, the step's next attempt gets the last one
+  as :attr:`PhaseContext.progress`.
 * :class:`NextStep`: another step follows this one. An agent whose ``open_plan`` is true decides its
   steps as it goes: its plan names one phase, and each step that yields ``NextStep`` gets a successor.
 
@@ -37,6 +41,7 @@ credentials, an unknown deployment); the engine fails the phase at once with the
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,11 +148,23 @@ class SaveState:
 
 
 @dataclass(frozen=True)
+class SaveProgress:
+    """JSON to keep durably now, before the step goes on (see the module docstring). The engine writes it
+    (one storage write) before it asks for the next output and then sets ``saved``: an agent that runs
+    ahead of the engine (in a task of its own) waits for ``saved`` before it does what must not repeat.
+    The last one yielded wins; it is kept for this step only."""
+
+    value: Any
+    saved: asyncio.Event = field(default_factory=asyncio.Event, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class NextStep:
     """Another step follows this one (agents with ``open_plan``)."""
 
 
-type PhaseOutput = str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage | ToolRun | SaveState | NextStep
+type PhaseOutput = (str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage | ToolRun | SaveState
+                    | SaveProgress | NextStep)
 
 
 class AgentError(Exception):
@@ -283,6 +300,9 @@ class PhaseContext:
     # Live, like ``cancelled``: the worker is shutting down (SIGTERM: the instance is scaled in or the host
     # stops). The step should stop at once; it runs again elsewhere. Distinct from a cancel, which ends the run.
     shutting_down: bool = False
+    # On an attempt of a step that an earlier attempt did not finish (the worker died): the last
+    # :class:`SaveProgress` value that attempt kept; else None.
+    progress: Any = None
 
     @property
     def phase(self) -> Phase:

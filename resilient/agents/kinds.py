@@ -7,7 +7,8 @@ Framework import: the default app starts without it.
 * ``WorkflowAgent`` (``workflow.as_agent()``): run as its workflow, the same way (a new agent from the factory
   each step, and its workflow).
 * An agent with ``run`` (``agent_framework.Agent`` and other ``SupportsAgentRun``): stepped by model call when
-  its ``run`` takes per-run middleware; one whose ``run`` does not is refused (:func:`not_stepped`).
+  the service can put its middleware around ``run``; otherwise refused, with the reason
+  (:func:`resilient.agents.framework.agent.not_steppable`).
 * A functional workflow (``@workflow``) and its ``.as_agent()``: refused (:func:`refusal`).
 """
 
@@ -51,14 +52,6 @@ def refusal(built: Any) -> str:
             "checkpoints a workflow at its supersteps, and a functional workflow is one Python function without "
             "them (run as one step, a crash would repeat all of it). Build the workflow with WorkflowBuilder "
             "(executors and edges) and return the Workflow, or its .as_agent().")
-
-
-def not_stepped(built: Any) -> str:
-    """Why an agent whose run cannot be stepped is not hosted, and what to return instead."""
-    return (f"{type(built).__name__}, an agent whose run() takes no per-run middleware, so this service cannot end a "
-            "step at its model calls and checkpoint it: each turn would run as one unit and repeat all its tool "
-            "calls after a crash. Return an agent_framework.Agent (Agent(client=..., tools=...)), a Workflow, or "
-            "an agent written to the phase API (resilient.agents.base.Agent).")
 
 
 def workflow_builder(built: Any, kind: Kind, rebuild: Callable[[], Any] | None, spec: str) -> Callable[[], Any]:

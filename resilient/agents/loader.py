@@ -120,10 +120,7 @@ def wrap_agent(built: Any, spec: str = "the agent", rebuild: Callable[[], Any] |
     if kind is kinds.Kind.AGENT:
         from resilient.agents.framework.agent import FrameworkAgent
 
-        wrapped = FrameworkAgent(built)
-        if not getattr(wrapped, "steps", True):
-            raise AgentLoadError(f"{SETTING}: {spec} returned {kinds.not_stepped(built)}")
-        return wrapped
+        return FrameworkAgent(built)  # refuses, with the reason, an agent it cannot step
     raise AgentLoadError(f"{SETTING}: {spec} returned {type(built).__name__}, which is neither an Agent Framework "
                          f"agent or workflow nor an agent with plan() and run_phase().")
 

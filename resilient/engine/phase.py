@@ -24,6 +24,7 @@ from resilient.engine.claim import Claim, Superseded, head
 from resilient.engine.instance import InstanceCaches
 from resilient.engine.liveness import Liveness, behind_live_writer
 from resilient.engine.phase_items import AgentOutputError, PhaseItems
+from resilient.engine.progress import ProgressWriter
 from resilient.engine.pump import stream
 from resilient.engine.runmemo import RunMemo, RunMemory
 from resilient.engine.shutdown import WorkerShuttingDown
@@ -159,6 +160,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         state=state,
         is_steered_turn=bool(record.doc.get(STEERING_KEY)),
         conversation_chain_id=record.doc.get("chain_id"),
+        progress=steps.progress_for(record.doc, index),
     )
     items = PhaseItems(first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice,
                        response_id=response_id)
@@ -169,7 +171,8 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     with parts.caches.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
         try:
             stopped, failure, overtime, appender = await stream(
-                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline)
+                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline,
+                keep=ProgressWriter(storage, record, index))
         except Superseded as done:
             return steps.mark(summary(index, done.items, context.cancelled, context.pending_input_count,
                                       phases=phases), is_open, len(done.items))

@@ -22,6 +22,7 @@ from resilient.agents.base import (
     FunctionCallDelta,
     NextStep,
     PhaseOutput,
+    SaveProgress,
     SaveState,
     ToolRun,
     Usage,
@@ -90,14 +91,11 @@ class PhaseItems:
             self.usage.append(output)
             return []
         if isinstance(output, SaveState):
-            try:
-                size = len(compact_json(output.value).encode())
-            except (TypeError, ValueError) as exc:
-                raise AgentOutputError(f"the agent's state must be JSON: {exc}") from None
-            if size > MAX_STATE_BYTES:
-                raise AgentOutputError(f"the agent's state is {size} bytes, over the limit of {MAX_STATE_BYTES} "
-                                       f"bytes: keep large data elsewhere and save a reference to it")
+            _check_state(output.value, "state")
             self.state = output
+            return []
+        if isinstance(output, SaveProgress):
+            _check_state(output.value, "progress")  # the pump writes it (it is not an event)
             return []
         if isinstance(output, NextStep):
             self.more = True
@@ -133,7 +131,7 @@ class PhaseItems:
             self.approval = item
             return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
         raise AgentOutputError(f"a phase may yield str, FunctionCall, FunctionCallDelta, ApprovalRequest, Usage, "
-                               f"ToolRun, SaveState or NextStep, not {type(output).__name__}")
+                               f"ToolRun, SaveState, SaveProgress or NextStep, not {type(output).__name__}")
 
     def close(self, status: ItemStatus, *, ensure_item: bool) -> list[JsonDict]:
         """Close the open item with ``status``. ``ensure_item``: a phase that yielded nothing still gets
@@ -213,6 +211,16 @@ class PhaseItems:
         self._open = None
         self.items.append(item)
         return ev.item_closing_events(current.stream_index, item)
+
+
+def _check_state(value: Any, what: str) -> None:
+    try:
+        size = len(compact_json(value).encode())
+    except (TypeError, ValueError) as exc:
+        raise AgentOutputError(f"the agent's {what} must be JSON: {exc}") from None
+    if size > MAX_STATE_BYTES:
+        raise AgentOutputError(f"the agent's {what} is {size} bytes, over the limit of {MAX_STATE_BYTES} "
+                               f"bytes: keep large data elsewhere and save a reference to it")
 
 
 def _check_json_object(text: str, what: str) -> None:

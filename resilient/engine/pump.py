@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-from resilient.agents.base import AgentError, PhaseContext, PhaseOutput
+from resilient.agents.base import AgentError, PhaseContext, PhaseOutput, SaveProgress
 from resilient.engine.batching import Appender, ControlPoller, Tuning
 from resilient.engine.claim import Claim
 from resilient.engine.instance import InstanceCaches
@@ -30,10 +31,13 @@ _start_eagerly = asyncio.create_eager_task_factory(asyncio.Task)
 async def stream(
     responses: ResponseStore, tuning: Tuning, caches: InstanceCaches, response_id: str, claim: Claim,
     context: PhaseContext, items: PhaseItems, source: AsyncIterator[PhaseOutput], deadline: float | None = None,
+    keep: Callable[[Any], Awaitable[None]] | None = None,
 ) -> tuple[bool, Exception | None, bool, Appender]:
     """Pump the agent's outputs into the log: the first output claims the log at once, the rest go
     through group-committed appends (:mod:`resilient.engine.batching`); the control flags are
     refreshed in the background.
+
+    ``keep`` writes a :class:`SaveProgress` durably; the agent's next output is asked for only after it.
 
     Returns (stopped early, the agent's error if it failed, ran past ``deadline``, the appender with the
     events still waiting: the caller finishes it with the phase's closing events).
@@ -88,6 +92,10 @@ async def stream(
             except AgentOutputError as exc:
                 failure = exc
                 break
+            if isinstance(output, SaveProgress):
+                if keep is not None:
+                    await keep(output.value)
+                output.saved.set()
             if events and not claim.appended:
                 await claim.append(events)  # the first output claims the log at once
             else:

@@ -101,3 +101,17 @@ def input_state(doc: JsonDict, index: int) -> Any:
     if saved_by is not None and int(saved_by) >= index:
         return doc.get(STATE_INPUT_KEY)
     return doc.get(STATE_KEY)
+
+
+PROGRESS_KEY = "step_progress"  # in a row's document: {"step": k, "value": the last SaveProgress of step k}
+
+
+def progress_record(step: int, value: Any) -> JsonDict:
+    return {PROGRESS_KEY: {"step": step, "value": value}}
+
+
+def progress_for(doc: JsonDict, index: int) -> Any:
+    """What an unfinished attempt of step ``index`` kept (SaveProgress), for its next attempt; None when
+    it kept nothing. Progress of another step is ignored: each step keeps its own."""
+    found: Any = doc.get(PROGRESS_KEY) or {}
+    return found.get("value") if found.get("step") == index else None

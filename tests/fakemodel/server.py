@@ -37,7 +37,8 @@ class Behaviour:
     """What one chat request gets.
 
     kind: ``text`` (stream ``chunks``), ``tool_call`` (stream a call of ``tool`` with ``chunks`` as its
-    argument fragments, ``delay`` seconds before each), ``status`` (answer ``status`` with ``headers`` and an
+    argument fragments, ``delay`` seconds before each; ``more_calls`` adds further calls to the same answer,
+    each ``(tool, arguments, call_id)``), ``status`` (answer ``status`` with ``headers`` and an
     OpenAI error body),
     ``drop`` (stream ``chunks`` then cut the connection), ``slow`` (``chunks`` with ``delay`` seconds
     between them; the server notes whether the client hung up early).
@@ -51,6 +52,7 @@ class Behaviour:
     message: str = ""
     delay: float = 0.0
     call_id: str = "call_fake"
+    more_calls: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -128,6 +130,9 @@ class FakeModel:
                     if behaviour.delay:
                         await asyncio.sleep(behaviour.delay)
                     yield _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]})
+                for index, (tool, arguments, call_id) in enumerate(behaviour.more_calls, start=1):
+                    yield _chunk(model, {"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                                         "function": {"name": tool, "arguments": arguments}}]})
                 yield _chunk(model, {}, finish="tool_calls")
             else:
                 yield _chunk(model, {"role": "assistant", "content": ""})

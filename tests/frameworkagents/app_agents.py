@@ -7,11 +7,13 @@ a test can count how often a tool really ran across worker kills.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 from typing import Annotated, Any
 
-from agent_framework import Agent, tool
+from agent_framework import Agent, AgentSession, ContextProvider, SessionContext, SupportsAgentRun, tool
 from agent_framework.openai import OpenAIChatCompletionClient
 
 from resilient.agents.framework import idempotency_key
@@ -38,6 +40,47 @@ def refund(order: Annotated[str, "The order to refund"]) -> str:
     return f"order {order} refunded"
 
 
+@tool
+def reserve(seat: Annotated[str, "The seat to reserve"]) -> str:
+    """Reserve a seat (quick; a side effect)."""
+    _record("reserve", seat=seat)
+    return f"seat {seat} reserved"
+
+
+CHARGE_SECONDS = 2.5  # long enough to kill the worker while it runs
+
+
+@tool
+async def charge(amount: Annotated[str, "How much to charge"]) -> str:
+    """Charge a card (slow; a side effect: it records when it starts and when it is done)."""
+    _record("charge_started", amount=amount)
+    await asyncio.sleep(CHARGE_SECONDS)
+    _record("charge", amount=amount)
+    return f"{amount} charged"
+
+
+class NameMemory(ContextProvider):
+    """Remembers the user's name ("my name is ...") and counts the turns it has seen, in the session's state;
+    tells the model both before every run once it knows the name."""
+
+    def __init__(self) -> None:
+        super().__init__("name_memory")
+
+    async def before_run(self, *, agent: SupportsAgentRun, session: AgentSession, context: SessionContext,
+                         state: dict[str, Any]) -> None:
+        if state.get("name"):
+            context.extend_instructions(self.source_id, f"The user's name is {state['name']}; "
+                                                        f"turns remembered: {state.get('turns', 0)}.")
+
+    async def after_run(self, *, agent: SupportsAgentRun, session: AgentSession, context: SessionContext,
+                        state: dict[str, Any]) -> None:
+        for message in context.input_messages:
+            said = re.search(r"my name is (\w+)", message.text or "", re.IGNORECASE)
+            if said:
+                state["name"] = said.group(1)
+        state["turns"] = int(state.get("turns", 0)) + 1
+
+
 def _client() -> OpenAIChatCompletionClient:
     return OpenAIChatCompletionClient(model="fake", api_key="fake-key",
                                       base_url=os.environ["FAKE_MODEL_URL"].rstrip("/") + "/v1")
@@ -46,7 +89,7 @@ def _client() -> OpenAIChatCompletionClient:
 def build() -> Agent:
     """A tool-loop agent: the model decides to call ``send_email`` or ``refund``, then answers."""
     return Agent(client=_client(), name="mailer", instructions="You send e-mails and refunds.",
-                 tools=[send_email, refund])
+                 tools=[send_email, refund, reserve, charge], context_providers=[NameMemory()])
 
 
 class NotResumable:

@@ -10,7 +10,9 @@ from tests.fakemodel.server import Behaviour
 
 
 class ToolLoop:
-    """Asked for a user message: call a tool (``refund`` when the message says so, else ``send_email``).
+    """Asked for a user message: call a tool (``refund`` when the message says so, ``reserve`` and ``charge``
+    in one answer for "book and pay", else ``send_email``); "what is my name?" is answered with what the
+    system messages say about it.
     Asked after a tool result: answer with text quoting it. ``answer_delay`` slows the answer's chunks
     (room to kill a worker while it streams)."""
 
@@ -29,6 +31,13 @@ class ToolLoop:
         if "thank" in text.lower():
             tools_seen = sum(1 for m in messages if m["role"] == "tool")
             return Behaviour(kind="text", chunks=["You are welcome; ", f"tools used so far: {tools_seen}."])
+        if "what is my name" in text.lower():  # answered from what a context provider told the model
+            told = [_text(m) for m in messages if m["role"] == "system" and "name is" in _text(m)]
+            return Behaviour(kind="text", chunks=["You told me: ", " | ".join(told) or "nothing", "."])
+        if "book and pay" in text.lower():  # two tools in one answer: a quick one, then a slow one
+            n = len(messages)
+            return Behaviour(kind="tool_call", tool="reserve", chunks=['{"seat": "12A"}'], call_id=f"call_{n}_a",
+                             more_calls=[("charge", '{"amount": "10"}', f"call_{n}_b")])
         tool = "refund" if "refund" in text.lower() else "send_email"
         arguments = ['{"order": ', '"42"}'] if tool == "refund" else ['{"to": ', '"bob"}']
         if "weather" in text.lower():  # a function tool of the request: the client runs it

@@ -16,6 +16,7 @@ from resilient.agents.base import (
     ApprovalRequest,
     NextStep,
     PhaseContext,
+    SaveProgress,
     SaveState,
     ToolRun,
     Usage,
@@ -48,7 +49,14 @@ def request(text: str, response_id: str = "resp_1", **extra: Any) -> AgentReques
 
 
 async def run_step(agent: Any, context: PhaseContext) -> list[Any]:
-    return [output async for output in agent.run_phase(context)]
+    """The step's outputs, as the engine takes them: a kept progress is written (here: noted) before the
+    next output is asked for."""
+    outputs = []
+    async for output in agent.run_phase(context):
+        if isinstance(output, SaveProgress):
+            output.saved.set()
+        outputs.append(output)
+    return outputs
 
 
 def context_for(req: AgentRequest, index: int, state: Any = None, *, is_recovery: bool = False,
@@ -72,7 +80,7 @@ async def test_a_tool_loop_runs_one_model_call_and_its_tools_per_step(model: Fak
     assert isinstance(first[-1], NextStep) and isinstance(first[-2], SaveState)
     assert not [o for o in first if isinstance(o, str)]  # the tool-calling call said nothing
     assert len(model.chat_requests()) == 1  # the step stopped before the next model call
-    assert [e["key"] for e in effects(tmp_path)] == ["resp_1/step-0/0"]
+    assert [e["key"] for e in effects(tmp_path)] == ["resp_1/step-0/call_2"]  # keyed by the model's call id
 
     # The next step, in a new agent object (another worker), from the saved state only.
     state = json.loads(json.dumps(first[-2].value))  # the state survives JSON (it is stored as JSON)
@@ -88,14 +96,32 @@ async def test_a_tool_loop_runs_one_model_call_and_its_tools_per_step(model: Fak
     assert roles[-2:] == ["assistant", "tool"]  # the model got the call and its result back
 
 
-async def test_a_repeated_step_repeats_only_itself_with_the_same_idempotency_key(model: FakeModel,
-                                                                                   tmp_path: Path) -> None:
+async def test_a_step_run_again_replays_the_models_decision_and_the_finished_tools(model: FakeModel,
+                                                                                  tmp_path: Path) -> None:
     agent = wrap_agent(app_agents.build())
     req = request("please e-mail bob")
-    await run_step(agent, context_for(req, 0))
-    await run_step(agent, context_for(req, 0, is_recovery=True))  # step 0 in flight when the worker died
-    keys = [e["key"] for e in effects(tmp_path)]
-    assert keys == ["resp_1/step-0/0", "resp_1/step-0/0"]  # the same key: the tool can tell it is a repeat
+    first = await run_step(agent, context_for(req, 0))
+    kept = [o.value for o in first if isinstance(o, SaveProgress)]
+    assert len(kept) == 2  # the model's decision before the tool ran, then the tool's result
+    assert kept[0]["decision"] and kept[0]["tools"] == {}
+    assert kept[1]["tools"] == {"call_2": {"output": "e-mail sent to bob", "error": None}}
+    asked = len(model.chat_requests())
+
+    # The worker died while the tool ran (only the decision was kept): the model is not asked again, the
+    # tool runs again with the same key.
+    again = await run_step(wrap_agent(app_agents.build()), context_for(req, 0, is_recovery=True,
+                                                                        progress=json.loads(json.dumps(kept[0]))))
+    assert len(model.chat_requests()) == asked
+    assert [e["key"] for e in effects(tmp_path)] == ["resp_1/step-0/call_2", "resp_1/step-0/call_2"]
+    assert [o.value for o in again if isinstance(o, SaveState)] == [o.value for o in first if isinstance(o, SaveState)]
+
+    # The worker died after the tool returned and before the checkpoint: the tool does not run again, and
+    # the step still reports it (its mcp_call item) with the result it had.
+    last = await run_step(wrap_agent(app_agents.build()), context_for(req, 0, is_recovery=True,
+                                                                       progress=json.loads(json.dumps(kept[1]))))
+    assert len(model.chat_requests()) == asked and len(effects(tmp_path)) == 2
+    assert [(r.name, r.output) for r in last if isinstance(r, ToolRun)] == [("send_email", "e-mail sent to bob")]
+    assert isinstance(last[-1], NextStep)
 
 
 async def test_the_next_turn_continues_the_conversation_of_the_previous_one(model: FakeModel) -> None:
@@ -138,3 +164,41 @@ def test_the_setting_names_what_it_cannot_load() -> None:
         load_agent("tests.frameworkagents.app_agents", settings())
     with pytest.raises(AgentLoadError, match="returned str"):
         load_agent("tests.frameworkagents.app_agents:__name__.upper", settings())
+
+
+async def test_a_tool_that_failed_before_the_crash_is_not_run_again_and_the_model_hears_the_same_error(
+        model: FakeModel, tmp_path: Path) -> None:
+    agent = wrap_agent(app_agents.build())
+    req = request("please e-mail bob")
+    first = await run_step(agent, context_for(req, 0))
+    decision = next(o.value for o in first if isinstance(o, SaveProgress))
+    failed = {**decision, "tools": {"call_2": {"output": None, "error": "RuntimeError: mail server down"}}}
+    again = await run_step(wrap_agent(app_agents.build()), context_for(req, 0, is_recovery=True, progress=failed))
+    assert [(r.name, r.output, r.error) for r in again if isinstance(r, ToolRun)] == [
+        ("send_email", None, "RuntimeError: mail server down")]
+    assert len(effects(tmp_path)) == 1  # only the first attempt's run: the failed one did not run again
+    state = [o for o in again if isinstance(o, SaveState)][-1].value
+    results = [c for m in state["messages"] for c in m["contents"] if c["type"] == "function_result"]
+    # what Agent Framework tells the model of any failed tool (without include_detailed_errors), as it did
+    # the first time
+    assert [r["result"] for r in results] == ["Error: Function failed."]
+
+
+def test_a_kept_decision_joins_streamed_text_and_replays_as_the_same_answer() -> None:
+    from agent_framework import ChatResponse, ChatResponseUpdate, Content
+
+    from resilient.agents.framework.decisions import coalesced
+
+    streamed = [ChatResponseUpdate(contents=[Content.from_text(word)], role="assistant", message_id="m1")
+                for word in ("Let ", "me ", "look ", "that ", "up.")]
+    streamed.append(ChatResponseUpdate(contents=[Content.from_function_call("call_1", "send_email",
+                                                                            arguments='{"to": "bob"}')],
+                                       role="assistant", message_id="m1"))
+    recorded = [json.loads(json.dumps(u.to_dict())) for u in streamed]
+    kept = coalesced(recorded)
+    assert len(kept) == 2
+    replayed = ChatResponse.from_updates([ChatResponseUpdate.from_dict(u) for u in kept])
+    original = ChatResponse.from_updates(streamed)
+    assert replayed.text == original.text == "Let me look that up."
+    assert [(c.type, c.call_id) for c in replayed.messages[-1].contents if c.type == "function_call"] == [
+        ("function_call", "call_1")]

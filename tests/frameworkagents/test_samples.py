@@ -17,6 +17,7 @@ from resilient.agents.base import (
     FunctionCall,
     NextStep,
     PhaseContext,
+    SaveProgress,
     SaveState,
     ToolRun,
 )
@@ -52,7 +53,11 @@ async def run_turn(agent: Any, request: AgentRequest, state: Any = None,
     for index in range(20):
         context = PhaseContext(request=request, plan=[], phase_index=index, is_recovery=False, output_so_far=[],
                                state=state, approval=approval if index == 0 else None)
-        step = [o async for o in agent.run_phase(context)]
+        step = []
+        async for output in agent.run_phase(context):
+            if isinstance(output, SaveProgress):
+                output.saved.set()  # what the engine does once it has written it
+            step.append(output)
         outputs += step
         saved = [o for o in step if isinstance(o, SaveState)]
         state = json.loads(json.dumps(saved[-1].value)) if saved else state

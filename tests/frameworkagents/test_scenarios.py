@@ -99,7 +99,7 @@ def test_the_requests_function_tools_are_run_by_the_client(client: OpenAI, fake_
     call = asked.output[0]
     assert call.name == "get_weather" and call.arguments == '{"city": "Paris"}'
     sent_tools = fake_model.chat_requests()[-1].body["tools"]
-    assert [t["function"]["name"] for t in sent_tools] == ["send_email", "refund", "get_weather"]
+    assert [t["function"]["name"] for t in sent_tools] == ["send_email", "refund", "reserve", "charge", "get_weather"]
     answered = client.responses.create(
         model="fake", previous_response_id=asked.id, tools=[WEATHER],
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])

@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from resilient.agents.base import AgentRequest, NextStep, Phase, PhaseContext, PhaseOutput, SaveState, ToolRun
+from resilient.agents.base import (
+    AgentRequest,
+    NextStep,
+    Phase,
+    PhaseContext,
+    PhaseOutput,
+    SaveProgress,
+    SaveState,
+    ToolRun,
+)
 from resilient.engine.activities import Engine
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
@@ -178,6 +187,34 @@ class QuietFirst(Counter):
             yield NextStep()
 
 
+class Progressing(Counter):
+    """Step 1 keeps progress before and between its two side effects, then dies the first time: its next
+    attempt gets the progress, and the step after it does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress_seen: list[tuple[int, Any]] = []
+        self.saved_before_next: list[bool] = []
+
+    async def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+        index = context.phase_index
+        self.progress_seen.append((index, context.progress))
+        if index == 1:
+            done = list((context.progress or {}).get("done", []))
+            for effect in ("a", "b"):
+                if effect in done:
+                    continue
+                done.append(effect)
+                kept = SaveProgress({"done": done})
+                yield kept
+                self.saved_before_next.append(kept.saved.is_set())  # written before the next output is asked
+                if effect == "a" and len(self.progress_seen) == 2:
+                    raise RuntimeError("simulated worker crash")
+        yield SaveState({"seen": index})
+        if index < 2:
+            yield NextStep()
+
+
 async def test_a_run_driven_again_from_its_start_answers_each_step_with_its_own_items(
         storage: Storage, settings: Settings) -> None:
     """A repaired orchestration starts over at step 0 and re-delivers every step: a step that left no item
@@ -193,3 +230,12 @@ async def test_a_run_driven_again_from_its_start_answers_each_step_with_its_own_
     assert again[-1]["final"] == {"status": "completed"}
     assert [i for i, _, _ in agent.started] == [0, 1, 2]  # no step ran twice
     assert [i["type"] for i in await storage.items.list_output_items(rid)] == ["mcp_call", "message"]
+
+
+async def test_progress_kept_in_a_step_reaches_its_next_attempt_only(storage: Storage, settings: Settings) -> None:
+    agent = Progressing()
+    rid = await create(storage, settings)
+    results = await drive(Engine(storage, agent, settings), rid)
+    assert results[-1]["final"] == {"status": "completed"}
+    assert agent.progress_seen == [(0, None), (1, None), (1, {"done": ["a"]}), (2, None)]
+    assert agent.saved_before_next == [True, True]

@@ -1,190 +1,208 @@
-"""An Agent Framework agent (``agent_framework.Agent`` or any ``SupportsAgentRun``) run step by step.
+"""An Agent Framework agent (``agent_framework.Agent``, ``RawAgent``, or another ``SupportsAgentRun`` that
+takes chat and function middleware) run step by step.
 
 A *step* is one model call together with the tool calls it asked for and their results. The agent runs
-with this service's middleware around its chat client:
+with this service's middleware around its chat client (``decisions.py``):
 
-* the first model call of an activity streams live (its text becomes ``output_text`` deltas);
-* each tool the agent runs is reported as a :class:`~resilient.agents.base.ToolRun` (an ``mcp_call`` item
-  with its output) as soon as it returns;
+* the step's model call streams live (its text becomes ``output_text`` deltas); when it asks for tools, the
+  model's answer is kept durably before any tool runs;
+* each tool the agent runs is kept durably as it returns, and reported as a
+  :class:`~resilient.agents.base.ToolRun` (an ``mcp_call`` item with its output);
 * when the agent asks for its *next* model call, the step is over: the conversation so far (the messages
   that call would send: the input, the model's tool calls, the tool results) is saved as the step's state
-  and the run stops there. The engine checkpoints the step and the next activity continues the same run
-  from that conversation, so a finished step's tools never run again after a crash.
+  with the agent's ``AgentSession`` (``sessions.py``), and the run stops there. The engine checkpoints the
+  step and the next activity continues from that conversation and session.
 
-The conversation is the agent's state across turns too: the chain's next turn starts from the messages the
-previous turn ended with, plus its own input. An agent that does not accept per-run middleware (a
-``SupportsAgentRun`` that is not an ``agent_framework.Agent``) runs its whole turn as one step.
+After a crash inside a step, its next attempt replays the kept answer instead of asking the model again
+and hands finished tools their kept results: only a tool that had not returned runs again, with the same
+key (:func:`idempotency_key`). The conversation and the session are the agent's state across turns too.
 
-Tools get a stable key for their side effects from :func:`idempotency_key` (the same on every attempt of a
-step): a tool whose step crashed before its checkpoint runs again with the same key.
+An agent whose ``run`` takes no middleware (neither ``middleware`` nor, for a ``RawAgent``, a chat client
+that takes ``middleware`` through ``client_kwargs``) cannot be stepped and is refused with a message
+saying so, as is an agent with a history provider of its own (the service keeps the conversation).
 """
 
 from __future__ import annotations
 
-import contextvars
+import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from agent_framework import (
-    ChatContext,
-    ChatMiddleware,
-    Content,
-    FunctionInvocationContext,
-    FunctionMiddleware,
-    Message,
-)
+from agent_framework import Content, Message
 
 from resilient.agents.base import (
     AgentRequest,
     ApprovalRequest,
     FunctionCall,
     NextStep,
+    PermanentAgentError,
     Phase,
     PhaseContext,
     PhaseOutput,
     SaveState,
-    ToolRun,
     Usage,
 )
-from resilient.agents.framework.driving import in_own_task
-from resilient.agents.framework.messages import request_messages, tool_result_text
+from resilient.agents.framework import sessions
+from resilient.agents.framework.decisions import (
+    IDEMPOTENCY_KEY,
+    Emit,
+    Keeper,
+    ModelGate,
+    StepOver,
+    ToolGate,
+    idempotency_key,
+)
+from resilient.agents.framework.driving import emitting
+from resilient.agents.framework.messages import request_messages
 
 log = logging.getLogger("resilient.agents.framework")
 
+__all__ = ["IDEMPOTENCY_KEY", "FrameworkAgent", "idempotency_key", "not_steppable"]
+
 STEP_PHASE = Phase("step", "One model call and the tool calls it asked for.")
-IDEMPOTENCY_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("resilient_idempotency_key", default=None)
 
 
-def idempotency_key() -> str | None:
-    """Inside a tool: a key for its side effect, the same on every attempt of the step (None outside a run
-    hosted by this service). Pass it to the service the tool calls (an ``Idempotency-Key`` header, a row
-    key) so a repeated step does not repeat the effect."""
-    return IDEMPOTENCY_KEY.get()
-
-
-class _StepOver(Exception):
-    """Raised by the chat middleware at the step's second model call: the step is complete."""
-
-    def __init__(self, messages: Sequence[Message]) -> None:
-        super().__init__("step complete")
-        self.messages = list(messages)
-
-
-class _StepBoundary(ChatMiddleware):
-    """Lets the first model call of an activity through and ends the step at the second."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def process(self, context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
-        self.calls += 1
-        if self.calls > 1:
-            raise _StepOver(context.messages)
-        await call_next()
-
-
-class _ToolRecorder(FunctionMiddleware):
-    """Hands each tool its idempotency key and reports its result as a ToolRun."""
-
-    def __init__(self, context: PhaseContext) -> None:
-        self._context = context
-        self.started = 0
-        self.finished: list[ToolRun] = []
-
-    async def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
-        key = self._context.idempotency_key(self.started)
-        self.started += 1
-        context.metadata["idempotency_key"] = key
-        token = IDEMPOTENCY_KEY.set(key)
-        error: str | None = None
-        try:
-            await call_next()
-        except Exception as exc:  # the loop turns it into an error result; we record it as the item's error
-            error = f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            IDEMPOTENCY_KEY.reset(token)
-            arguments = json.dumps(dict(context.arguments or {}), ensure_ascii=False, default=str)
-            self.finished.append(ToolRun(context.function.name, arguments,
-                                         None if error else tool_result_text(context.result), error))
+def not_steppable(agent: Any) -> str | None:
+    """Why ``agent`` cannot be hosted step by step (one sentence for the app setting's error), else None."""
+    if _middleware_route(agent) is None:
+        return (f"{type(agent).__name__} cannot be run step by step: its run() takes no chat and function "
+                f"middleware (no 'middleware' argument, and no chat client that takes it through "
+                f"'client_kwargs'), so a crash would run all of its tools again. Build an "
+                f"agent_framework.Agent (or RawAgent) around it, or write it to this service's phase API.")
+    own = sessions.own_history_provider(agent)
+    if own is not None:
+        return (f"{type(agent).__name__} has a history provider of its own ({own!r}) that loads the "
+                f"conversation; this service keeps the conversation itself, so the model would see it twice. "
+                f"Remove it, or set its load_messages=False.")
+    return None
 
 
 class FrameworkAgent:
-    """This service's agent API over an Agent Framework agent (see the module docstring)."""
+    """This service's agent API over an Agent Framework agent (see the module docstring). ``agent`` is the
+    agent, or a function without arguments that builds one (called for every step)."""
 
     open_plan = True
 
     def __init__(self, agent: Any, *, resumable: bool = True) -> None:
-        self.agent = agent
+        from resilient.agents.loader import AgentLoadError
+
+        self._factory: Callable[[], Any] | None = None
+        if isinstance(agent, type) or (callable(agent) and not callable(getattr(agent, "run", None))):
+            self._factory = agent
+            self.agent: Any = None
+        else:
+            reason = not_steppable(agent)
+            if reason is not None:
+                raise AgentLoadError(f"RESILIENT_AGENT: {reason}")
+            self.agent = _prepared(agent)
         self.resumable = bool(getattr(agent, "resumable", resumable))
-        # Stepping needs the middleware hook; an agent without it runs its turn as one step.
-        self.steps = _accepts_middleware(agent)
-        client = getattr(agent, "client", None)
-        config = getattr(client, "function_invocation_configuration", None)
-        if isinstance(config, dict):
-            # An approval is answered in a later turn, from the conversation this service keeps (no
-            # AgentSession holds the pending request): let the answer bind to the call it names.
-            config["disable_approval_response_binding"] = True
 
     async def plan(self, request: AgentRequest) -> Sequence[Phase]:
         return [STEP_PHASE]
 
     def run_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
-        return in_own_task(self._step(context))
+        return emitting(lambda emit: self._step(context, emit))
 
-    async def _step(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+    def _agent_for_step(self) -> Any:
+        if self._factory is None:
+            return self.agent
+        built = self._factory()
+        reason = not_steppable(built)
+        if reason is not None:
+            raise PermanentAgentError(reason)
+        return _prepared(built)
+
+    async def _step(self, context: PhaseContext, emit: Emit) -> None:
+        agent = self._agent_for_step()
         messages = request_messages(context)
-        boundary = _StepBoundary()
-        tools = _ToolRecorder(context)
-        kwargs: dict[str, Any] = {"stream": True}
-        if self.steps:
-            kwargs["middleware"] = [boundary, tools]
+        keeper = Keeper(context, emit)
+        middleware = [ModelGate(keeper), ToolGate(context, keeper)]
+        session = sessions.restore(agent, context.state,
+                                   context.conversation_chain_id or context.request.response_id)
+        kwargs: dict[str, Any] = {"stream": True, "session": session}
+        if _middleware_route(agent) == "middleware":
+            kwargs["middleware"] = middleware
+        else:
+            kwargs["client_kwargs"] = {"middleware": middleware}
         client_tools = _client_tools(context)
         if client_tools:
             kwargs["tools"] = client_tools
-        stream = self.agent.run(messages, **kwargs)
+        stream = agent.run(messages, **kwargs)
         approvals: list[Content] = []
         try:
             async for update in stream:
-                for content in getattr(update, "contents", None) or ():
-                    kind = getattr(content, "type", None)
-                    if kind == "text" and getattr(update, "role", "assistant") == "assistant" and content.text:
-                        yield content.text
-                    elif kind == "usage":
-                        usage = _usage(content)
-                        if usage is not None:
-                            yield usage
-                    elif kind == "function_approval_request":
-                        approvals.append(content)
-                while tools.finished:
-                    yield tools.finished.pop(0)
-        except _StepOver as over:
-            for run in tools.finished:
-                yield run
-            yield SaveState(_state(context, over.messages))
-            yield NextStep()
+                for output in _outputs(update, approvals):
+                    await emit(output)
+        except StepOver as over:
+            conversation = sessions.without_provider_context(over.messages)
+            await emit(SaveState(_state(context, conversation, session)))
+            await emit(NextStep())
             return
-        for run in tools.finished:
-            yield run
         final = await stream.get_final_response()
-        final_messages = [*messages, *final.messages]
-        state = _state(context, final_messages)
+        state = _state(context, [*messages, *final.messages], session)
         calls = _client_calls(context, final.messages)
         if calls:  # the client runs these; its function_call_output items answer them next turn
-            yield SaveState(state)
+            await emit(SaveState(state))
             for client_call in calls:
-                yield client_call
+                await emit(client_call)
             return
         if approvals:
             request = approvals[0]
             call = request.function_call
             state["pending_approval"] = request.to_dict()
-            yield SaveState(state)
-            yield ApprovalRequest(str(getattr(call, "name", "") or "tool"), _arguments(call), server_label="agent")
+            await emit(SaveState(state))
+            await emit(ApprovalRequest(str(getattr(call, "name", "") or "tool"), _arguments(call),
+                                       server_label="agent"))
             return
-        yield SaveState(state)
+        await emit(SaveState(state))
+
+
+def _outputs(update: Any, approvals: list[Content]) -> list[PhaseOutput]:
+    """What one streamed update says to the client: text and usage (approval requests are collected)."""
+    found: list[PhaseOutput] = []
+    for content in getattr(update, "contents", None) or ():
+        kind = getattr(content, "type", None)
+        if kind == "text" and getattr(update, "role", "assistant") == "assistant" and content.text:
+            found.append(content.text)
+        elif kind == "usage":
+            usage = _usage(content)
+            if usage is not None:
+                found.append(usage)
+        elif kind == "function_approval_request":
+            approvals.append(content)
+    return found
+
+
+def _prepared(agent: Any) -> Any:
+    sessions.prepare(agent)
+    client = getattr(agent, "client", None)
+    config = getattr(client, "function_invocation_configuration", None)
+    if isinstance(config, dict):
+        # An approval is answered in a later turn, from the conversation this service keeps (no
+        # AgentSession holds the pending request): let the answer bind to the call it names.
+        config["disable_approval_response_binding"] = True
+    return agent
+
+
+def _middleware_route(agent: Any) -> str | None:
+    """How the agent takes per-run chat and function middleware: ``middleware`` (``Agent``), through
+    ``client_kwargs`` to a chat client that takes it (``RawAgent``), or not at all (None)."""
+    run_parameters = _parameters(getattr(agent, "run", None))
+    if "middleware" in run_parameters:
+        return "middleware"
+    client = getattr(agent, "client", None)
+    if "client_kwargs" in run_parameters and "middleware" in _parameters(getattr(client, "get_response", None)):
+        return "client_kwargs"
+    return None
+
+
+def _parameters(function: Any) -> set[str]:
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def _client_tools(context: PhaseContext) -> list[Any]:
@@ -214,20 +232,11 @@ def _client_calls(context: PhaseContext, messages: Sequence[Message]) -> list[Fu
     return found
 
 
-def _accepts_middleware(agent: Any) -> bool:
-    import inspect
-
-    try:
-        return "middleware" in inspect.signature(agent.run).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _state(context: PhaseContext, messages: Sequence[Message]) -> dict[str, Any]:
+def _state(context: PhaseContext, messages: Sequence[Message], session: Any) -> dict[str, Any]:
     """The state a step keeps: the conversation, marked with the turn it belongs to (the next turn of the
-    chain appends its own input to it)."""
+    chain appends its own input to it), and the agent's session."""
     return {"kind": "agent-framework/messages", "turn": context.request.response_id,
-            "messages": [m.to_dict() for m in messages]}
+            "messages": [m.to_dict() for m in messages], sessions.SESSION_KEY: sessions.saved(session)}
 
 
 def _arguments(call: Any) -> str:

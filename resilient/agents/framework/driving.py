@@ -4,13 +4,16 @@ Why: the engine asks for an agent's next output in a fresh task each time, so ea
 own copy of the context. Agent Framework sets context variables (telemetry, middleware state) in one
 ``anext`` and resets them in a later one, which fails across contexts. In a task of its own the framework
 sees one context from start to end; closing the returned generator cancels that task.
+
+:func:`emitting` is the same for a producer that hands its outputs over from several places (an agent's
+stream and its middleware): it gets an ``emit`` function instead of being an async iterator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 _END = object()
 QUEUE_SIZE = 64  # outputs the task may run ahead of the engine (a slow log append holds the agent back)
@@ -21,13 +24,21 @@ class _Raised:
         self.error = error
 
 
-async def in_own_task[T](source: AsyncIterator[T]) -> AsyncIterator[T]:
+def in_own_task[T](source: AsyncIterator[T]) -> AsyncIterator[T]:
+    async def produce(emit: Callable[[T], Awaitable[None]]) -> None:
+        async for output in source:
+            await emit(output)
+
+    return emitting(produce)
+
+
+async def emitting[T](produce: Callable[[Callable[[T], Awaitable[None]]], Awaitable[None]]) -> AsyncIterator[T]:
+    """Run ``produce(emit)`` in a task of its own and yield what it emits, in order."""
     queue: asyncio.Queue[object] = asyncio.Queue(QUEUE_SIZE)
 
     async def drive() -> None:
         try:
-            async for output in source:
-                await queue.put(output)
+            await produce(queue.put)
         except Exception as error:
             await queue.put(_Raised(error))
             return

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import AgentRequest
+from resilient.engine.references import is_reference, resolve_references, stored_input_items
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import JsonDict, ResponseRecord
 
@@ -39,14 +40,16 @@ def request_from(record: ResponseRecord, items: list[JsonDict], history: list[Js
 
 
 async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:
-    out: list[JsonDict] = []
-    after: str | None = None
-    while True:
-        page = await storage.items.list_input_items(response_id, after=after, limit=100, order="asc")
-        out += page.data
-        if not page.has_more or not page.data:
-            return out
-        after = str(page.data[-1]["id"])
+    """The response's input items in the OpenAI item shape, each ``item_reference`` replaced by the item of
+    the chain it names (``references.py``; the input-items listing keeps the reference as sent)."""
+    items = await stored_input_items(storage, response_id)
+    if not any(is_reference(item) for item in items):
+        return items
+    try:
+        record = await storage.responses.get(response_id)
+    except NotFound:
+        return items
+    return await resolve_references(storage, items, previous_turn(record))
 
 
 async def history(storage: Storage, record: ResponseRecord, state: list[Any] | None = None) -> list[JsonDict]:

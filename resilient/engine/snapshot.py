@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from resilient.protocol.response import build_response
+from resilient.protocol.response_params import MODEL_PARAM_NAMES
 from resilient.storage.ports import ResponseRecord
 
 DEFAULT_MODEL = "offline-research-agent"
@@ -37,4 +38,5 @@ def response_object(
         completed_at=doc.get("completed_at"),
         tools=doc.get("tools"),
         tool_choice=doc.get("tool_choice") or "auto",
+        params={name: doc[name] for name in MODEL_PARAM_NAMES if doc.get(name) is not None},
     )

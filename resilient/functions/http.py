@@ -20,6 +20,7 @@ from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.http.service import HttpResult, ResponsesService, error_result
 from resilient.http.surface import (
     REQUEST_ID_HEADER,
+    UNSERVED,
     check_settings_at_start_up,
     health,
     request_id,
@@ -96,6 +97,11 @@ ROUTES = {
 }
 
 
+def _unserved(operation: str, req: Request) -> Response:
+    """501 in the OpenAI error shape for an OpenAI endpoint this service cannot serve (the message says why)."""
+    return _to_response(error_result(errors.not_implemented(UNSERVED[operation])), req)
+
+
 def _not_found(req: Request) -> Response:
     error = errors.ApiError(404, errors.INVALID_REQUEST, "No API route matches this method and path.",
                             code=errors.CODE_NOT_FOUND)
@@ -155,6 +161,14 @@ def http_blueprint() -> DurableBlueprint:
     async def list_input_items(req: Request, client: str) -> Response:
         return await _operate("input_items", req, client, _response_id(req))
 
+    @bp.route(route="responses/compact", methods=["POST"])
+    async def compact_response(req: Request) -> Response:
+        return _unserved("compact", req)
+
+    @bp.route(route="responses/input_tokens", methods=["POST"])
+    async def count_input_tokens(req: Request) -> Response:
+        return _unserved("input_tokens", req)
+
     @bp.route(route="v1/{*path}", methods=["GET", "POST", "DELETE"])
     @bp.durable_client_input(client_name="client")
     async def v1_responses(req: Request, client: str) -> Response:
@@ -165,6 +179,8 @@ def http_blueprint() -> DurableBlueprint:
         if found is None:
             return _not_found(req)
         operation, response_id = found
+        if operation in UNSERVED:
+            return _unserved(operation, req)
         return await _operate(operation, req, client, response_id)
 
     @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)

@@ -1,9 +1,13 @@
-"""Checks for a turn that answers the previous one: tool outputs and approval answers.
+"""Checks for what a turn's input refers to: tool outputs, approval answers and item references.
 
-A ``function_call_output`` must answer a ``call_id`` the chain issued; when the previous turn ended with
-function calls, every one of them must be answered (as the OpenAI API requires: a model cannot go on with
-a call left open). An ``mcp_approval_response`` must answer the approval request the previous turn paused
-on; the answer decides how the paused plan continues (``resume`` in the new turn's row).
+A ``function_call_output`` must answer a ``call_id`` that a ``function_call`` of the same input or the
+chain issued. The input's own calls make stateless tool loops work (a client that resends the whole
+history, the model's ``function_call`` then its output, with or without ``previous_response_id`` and with
+``store: false``): such a turn without ``previous_response_id`` is a fresh turn whose history is its own
+input. Every call must be answered, those of the input and those the previous turn ended with (as the
+OpenAI API requires: a model cannot go on with a call left open). An ``mcp_approval_response`` must answer
+the approval request the previous turn paused on; the answer decides how the paused plan continues
+(``resume`` in the new turn's row). An ``item_reference`` must name an item of the chain's earlier turns.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from resilient.engine.references import find_chain_items
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
 
@@ -34,23 +39,26 @@ async def check_continuation(
     """Validate the request's tool outputs and approval answers against the chain.
 
     Every refusal is a 400 ``invalid_request_error``, as the OpenAI API answers (its clients raise
-    ``BadRequestError``): what the items refer to must exist in the chain, every call of the previous turn
-    must be answered, and a ``call_id`` may be answered once. The code names the broken rule.
+    ``BadRequestError``): what the items refer to must exist in the input or the chain, every call must be
+    answered, and a ``call_id`` may be answered once. The code names the broken rule.
     """
     outputs = request.function_outputs()
     approvals = request.approval_responses()
-    if previous_turn is None:
-        if outputs or approvals:
-            raise _not_found(0, "call_id" if outputs else "approval_request_id",
-                             "this conversation has no earlier turn to answer.")
-        return Continuation()
-    previous_output = await _output_of(storage, previous_turn)
     positions = {id(item): i for i, item in enumerate(request.items())}
+    answered = {o.call_id for o in outputs}
+    for call in request.function_calls():
+        if call.call_id not in answered:
+            raise _output_required(call.call_id)
+    if previous_turn is None and approvals:
+        raise _not_found(positions[id(approvals[0])], "approval_request_id",
+                         "this conversation has no earlier turn to answer.")
+    previous_output = await _output_of(storage, previous_turn) if previous_turn is not None else []
 
     if outputs:
-        issued = {str(i.get("call_id")) for i in previous_output if i.get("type") == "function_call"}
+        issued = {call.call_id for call in request.function_calls()}
+        issued |= {str(i.get("call_id")) for i in previous_output if i.get("type") == "function_call"}
         unknown = [o for o in outputs if o.call_id not in issued]
-        if unknown:
+        if unknown and previous_turn is not None:
             issued |= await _earlier_calls(storage, previous_turn)
         for output in outputs:
             if output.call_id not in issued:
@@ -64,12 +72,10 @@ async def check_continuation(
                                              code=errors.CODE_DUPLICATE_CALL_OUTPUT,
                                              param=f"input[{positions[id(output)]}]")
             seen.add(output.call_id)
-    answered = {o.call_id for o in outputs}
     for item in previous_output:
         if item.get("type") == "function_call" and item.get("call_id") not in answered:
-            raise errors.invalid_request(  # OpenAI's message, param and status
-                f"No tool output found for function call {_bare(item.get('call_id'))}.",
-                code=errors.CODE_TOOL_OUTPUT_REQUIRED, param="input")
+            raise _output_required(item.get("call_id"))
+    await _check_references(storage, request, previous_turn, positions)
 
     if not approvals:
         return Continuation()
@@ -111,6 +117,27 @@ async def _earlier_calls(storage: Storage, previous_turn: str) -> set[str]:
         earlier = record.doc.get("previous_turn") or record.doc.get("previous_response_id")
         turn = str(earlier) if earlier else None
     return found
+
+
+async def _check_references(storage: Storage, request: CreateResponseRequest, previous_turn: str | None,
+                            positions: dict[int, int]) -> None:
+    """Every ``item_reference`` names an item of the chain's earlier turns (never of another chain: the
+    search follows this chain only)."""
+    references = request.item_references()
+    if not references:
+        return
+    found = await find_chain_items(storage, previous_turn, {ref.id for ref in references})
+    for ref in references:
+        if ref.id not in found:
+            raise errors.invalid_request(f"Item with id {errors.echo(ref.id)} not found in this conversation's "
+                                         "earlier turns.", param=f"input[{positions[id(ref)]}].id",
+                                         code=errors.CODE_ITEM_NOT_FOUND)
+
+
+def _output_required(call_id: object) -> errors.ApiError:
+    return errors.invalid_request(  # OpenAI's message, param and status
+        f"No tool output found for function call {_bare(call_id)}.", code=errors.CODE_TOOL_OUTPUT_REQUIRED,
+        param="input")
 
 
 def _not_found(position: int, field: str, detail: str) -> errors.ApiError:

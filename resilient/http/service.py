@@ -147,6 +147,7 @@ class ResponsesService(ResponseReader):
             "input_chars": sum(len(text_of(i)) for i in items),
             "tools": [tool.to_json() for tool in request.tools],
             "tool_choice": request.tool_choice,
+            **request.model_params(),  # by OpenAI name: the agent reads them from here
         }
         if turns_ahead:
             doc[turns.STEERING_KEY] = True  # queued behind a running turn that it asks to finish early
@@ -219,9 +220,10 @@ class ResponsesService(ResponseReader):
 
     async def _continuation(self, request: CreateResponseRequest, chain_id: str | None,
                             previous: str | None) -> Continuation:
-        """Tool outputs and approval answers must answer the chain's newest turn (checked before the turn
-        is registered, so a 400 leaves no trace on the chain)."""
-        if not request.function_outputs() and not request.approval_responses() and previous is None:
+        """Tool outputs, approval answers and item references must refer to the input or the chain's turns
+        (checked before the turn is registered, so a 400 leaves no trace on the chain)."""
+        refers = request.function_outputs() or request.approval_responses() or request.function_calls()
+        if not refers and not request.item_references() and previous is None:
             return Continuation()
         if previous is None and request.conversation is not None and chain_id is not None:
             previous = (await self.storage.chains.get(chain_id)).latest_response_id

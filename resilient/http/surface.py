@@ -36,6 +36,16 @@ _V1_OPERATIONS: dict[tuple[str, tuple[str, ...]], str] = {
     ("GET", ("responses", "{id}", "input_items")): "input_items",
 }
 
+# OpenAI endpoints this service answers with a 501 that says why (docs/CONTRACT.md, "Not served").
+UNSERVED: dict[str, str] = {
+    "compact": "POST /responses/compact is not implemented by this service: compaction rewrites a "
+               "conversation's history with a model, and here the configured agent, not the service, decides "
+               "what its model sees. Continue a long conversation with previous_response_id or conversation.",
+    "input_tokens": "POST /responses/input_tokens is not implemented by this service: a token count depends on "
+                    "the model, which the configured agent chooses; the service has no tokenizer for it. Count "
+                    "tokens with the model provider's API.",
+}
+
 
 def request_id(headers: Mapping[str, str]) -> str:
     """The caller's ``x-request-id`` when it is sane, else a new ``req_<32 hex>``."""
@@ -54,6 +64,8 @@ def v1_operation(method: str, path: str) -> tuple[str, str] | None:
     segments = [s for s in path.split("/") if s != ""]
     if not segments or segments[0].lower() != "responses":
         return None
+    if len(segments) == 2 and method.upper() == "POST" and segments[1].lower() in UNSERVED:
+        return segments[1].lower(), ""
     shape = ["responses"] + ["{id}" if i == 1 else s.lower() for i, s in enumerate(segments[1:], start=1)]
     operation = _V1_OPERATIONS.get((method.upper(), tuple(shape)))
     if operation is None:

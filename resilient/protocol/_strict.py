@@ -24,7 +24,7 @@ def known_untyped() -> frozenset[tuple[type[BaseModel], str]]:
     """(model class, key): keys the OpenAI API sends but the installed types do not declare."""
     from openai.types.responses import Response
 
-    return frozenset({(Response, "store")})
+    return frozenset({(Response, "store"), (Response, "presence_penalty"), (Response, "frequency_penalty")})
 
 
 @functools.cache

@@ -33,6 +33,7 @@ CODE_CONVERSATION_LOCKED = "conversation_locked"
 CODE_FORK_NOT_SUPPORTED = "conversation_fork_not_supported"
 CODE_SERVICE_UNAVAILABLE = "service_unavailable"
 CODE_SERVER_ERROR = "server_error"
+CODE_NOT_IMPLEMENTED = "not_implemented"  # 501: an OpenAI endpoint this service cannot serve (CONTRACT.md)
 CODE_PREVIOUS_RESPONSE_NOT_FOUND = "previous_response_not_found"  # 400, as the OpenAI API answers
 # 400, as the OpenAI API answers: a well-formed request that refers to something the response or its chain
 # does not have, or that the response's kind refuses. The OpenAI API calls these invalid requests, and its
@@ -41,6 +42,7 @@ CODE_BACKGROUND_REQUIRED = "background_required"  # stream replay or cancel of a
 CODE_TOOL_OUTPUT_REQUIRED = "tool_output_required"  # a turn after function calls that does not answer them all
 CODE_TOOL_CALL_NOT_FOUND = "tool_call_not_found"  # a function_call_output whose call_id was never issued
 CODE_APPROVAL_NOT_FOUND = "approval_request_not_found"  # an mcp_approval_response that answers nothing
+CODE_ITEM_NOT_FOUND = "item_not_found"  # an item_reference that names no item of the chain's earlier turns
 CODE_DUPLICATE_TOOL_NAME = "duplicate_tool_name"
 CODE_DUPLICATE_CALL_OUTPUT = "duplicate_call_output"
 # 409: the response's (or chain's) current state refuses a well-formed request; later it may not.
@@ -106,6 +108,12 @@ def echo(value: object) -> str:
 def invalid_request(message: str, *, code: str, param: str | None = None) -> ApiError:
     """400: the request is wrong and sending it again will not help."""
     return ApiError(400, INVALID_REQUEST, message, code=code, param=param)
+
+
+def not_implemented(message: str) -> ApiError:
+    """501: an endpoint of the OpenAI API this service does not serve; the message says why. Retrying
+    cannot help, so ``x-should-retry: false``."""
+    return ApiError(501, SERVER_ERROR, message, code=CODE_NOT_IMPLEMENTED)
 
 
 def not_found(what: str, id: str) -> ApiError:

@@ -2,11 +2,12 @@
 
 Every malformed body becomes a 400 that names the offending ``param`` with a JSON path
 (``input[0].content[1].text``), never a 500 and never a silently ignored typo: unknown fields are
-rejected, known OpenAI fields this service does not implement are accepted and ignored (so stock
-clients work). ``tools`` accepts function tools only (another tool type is a clear 400, since ignoring a
-tool would change the answer), and ``input`` accepts messages, ``function_call_output`` and
-``mcp_approval_response`` items. Whether a ``call_id`` or an ``approval_request_id`` was really issued on
-the chain needs storage: ``resilient/http/continuation.py`` checks that.
+rejected; every create parameter the ``openai`` client sends is accepted, validated and stored for the
+agent (``create_params.py``), so stock clients work. ``tools`` accepts function tools only (another tool
+type is a clear 400, since ignoring a tool would change the answer), and ``input`` accepts every input
+item kind of the Responses API (``input_items.py``). Whether a ``call_id``, an ``approval_request_id``
+or an ``item_reference`` names something the input or the chain really has needs storage:
+``resilient/http/continuation.py`` checks that.
 
 The model is strict (no ``"true"`` → ``True`` coercion) and frozen. Input items, their content parts,
 tools and ``tool_choice`` are pydantic models in discriminated unions on ``type`` (a message may omit
@@ -16,7 +17,8 @@ rules) raise custom errors from validators, so ``CreateResponseRequest.model_val
 everything on its own and :func:`parse_create_request` only translates the first error into an
 :class:`ApiError`.
 
-The parts live beside it: ``input_items.py`` (the input, and its normalisation into stored items),
+The parts live beside it: ``input_items.py`` and ``input_parts.py`` (the input, and its normalisation
+into stored items), ``create_params.py`` (model and sampling parameters),
 ``tools.py`` (``tools`` and ``tool_choice``), ``request_errors.py`` (the custom errors and the translation of
 every validation error).
 """
@@ -41,15 +43,17 @@ from pydantic import (
 
 from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
+from resilient.protocol.create_params import CreateParams
 from resilient.protocol.errors import invalid_request
 from resilient.protocol.input_items import (
     INPUT_ITEMS,
     ApprovalResponse,
+    FunctionCall,
     FunctionCallOutput,
     InputItem,
     InputMessage,
     InputTextPart,
-    TextPart,
+    ItemReference,
     normalize_input_items,
 )
 from resilient.protocol.request_errors import (
@@ -65,29 +69,9 @@ from resilient.protocol.request_errors import (
 )
 from resilient.protocol.tools import TOOLS, FunctionTool, parse_tool_choice
 
-__all__ = ["ApprovalResponse", "CreateResponseRequest", "FunctionCallOutput", "FunctionTool", "InputItem",
-           "InputMessage", "TextPart", "api_error_from_validation", "normalize_input_items", "parse_create_request"]
-
-# Known OpenAI create parameters that are accepted and ignored.
-IGNORED_FIELDS: frozenset[str] = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "max_output_tokens",
-        "max_tool_calls",
-        "parallel_tool_calls",
-        "truncation",
-        "user",
-        "reasoning",
-        "text",
-        "include",
-        "prompt_cache_key",
-        "safety_identifier",
-        "service_tier",
-        "top_logprobs",
-        "prompt",
-    }
-)
+__all__ = ["ApprovalResponse", "CreateResponseRequest", "FunctionCall", "FunctionCallOutput", "FunctionTool",
+           "InputItem", "InputMessage", "ItemReference", "api_error_from_validation", "normalize_input_items",
+           "parse_create_request"]
 
 METADATA_MAX_PAIRS = 16
 METADATA_MAX_KEY = 64
@@ -147,8 +131,9 @@ _CONVERSATION: TypeAdapter[str | ConversationRef] = TypeAdapter(
 )
 
 
-class CreateResponseRequest(BaseModel):
-    """A validated ``POST /responses`` body. ``conversation`` is normalized to the id string."""
+class CreateResponseRequest(CreateParams):
+    """A validated ``POST /responses`` body. ``conversation`` is normalized to the id string; the model and
+    sampling parameters are the base class's (``create_params.py``)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -167,14 +152,12 @@ class CreateResponseRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_ignored(cls, data: Any) -> Any:
-        """Remove accepted-and-ignored fields and explicit nulls (null means "use the default")."""
+    def _drop_nulls(cls, data: Any) -> Any:
+        """Remove explicit nulls of optional fields (null means "use the default")."""
         if not isinstance(data, dict):
             return data
         optional = cls.model_fields.keys() - {"input"}
-        return {
-            k: v for k, v in data.items() if k not in IGNORED_FIELDS and not (v is None and k in optional)
-        }
+        return {k: v for k, v in data.items() if not (v is None and k in optional)}
 
     @field_validator("input", mode="before")
     @classmethod
@@ -270,17 +253,21 @@ class CreateResponseRequest(BaseModel):
                   f"No tool named {errors.echo(self.tool_choice['name'])} in 'tools'.")
         continuing = self.previous_response_id is not None or self.conversation is not None
         approvals = 0
+        seen_ids: set[str] = set()
         for i, item in enumerate(self.items()):
-            if isinstance(item, FunctionCallOutput | ApprovalResponse) and not continuing:
-                what = "call_id" if isinstance(item, FunctionCallOutput) else "approval_request_id"
-                _fail_value(f"input[{i}].{what}", "a function_call_output or mcp_approval_response answers an "
-                            "earlier turn: send it with previous_response_id (or conversation).")
+            if isinstance(item, ApprovalResponse) and not continuing:
+                _fail_value(f"input[{i}].approval_request_id", "an mcp_approval_response answers an earlier turn: "
+                            "send it with previous_response_id (or conversation).")
             if isinstance(item, ApprovalResponse):
                 approvals += 1
                 if approvals > 1:
                     _fail_value(f"input[{i}].approval_request_id", "a turn can answer one approval request.")
-        # A call_id answered twice is refused by the continuation check, once every call_id is known to
-        # have been issued (an unknown one is a 404 first).
+            if item.id is not None:  # the stored id: one per item of the response
+                if item.id in seen_ids:
+                    _fail_value(f"input[{i}].id", f"Duplicate item found with id {errors.echo(item.id)}.")
+                seen_ids.add(item.id)
+        # Which call_ids a function_call_output may answer (this input's calls, the chain's) and which calls
+        # must be answered is the continuation check's (resilient/http/continuation.py).
         return self
 
     def items(self) -> list[InputItem]:
@@ -294,6 +281,13 @@ class CreateResponseRequest(BaseModel):
 
     def approval_responses(self) -> list[ApprovalResponse]:
         return [item for item in self.items() if isinstance(item, ApprovalResponse)]
+
+    def function_calls(self) -> list[FunctionCall]:
+        """The model's calls sent back as history (a stateless tool loop resends them with their outputs)."""
+        return [item for item in self.items() if isinstance(item, FunctionCall)]
+
+    def item_references(self) -> list[ItemReference]:
+        return [item for item in self.items() if isinstance(item, ItemReference)]
 
 
 def _reject_unpaired_surrogates(data: Any) -> None:

@@ -23,8 +23,9 @@ _MAX_KEY_ECHO = 64
 # The Tag names of the request's discriminated unions. pydantic puts the chosen tag into an error's
 # location (``input, 0, "message", "role"``); it never belongs in the ``param`` a client sees.
 UNION_TAGS: frozenset[str] = frozenset(
-    {"message", "function_call_output", "mcp_approval_response", "input_text", "output_text", "function", "mode",
-     "string", "object"}
+    {"message", "function_call", "function_call_output", "mcp_approval_response", "reasoning", "item_reference",
+     "hosted", "input_text", "input_image", "input_file", "output_text", "refusal", "function", "mode", "string",
+     "object"}
 )
 # A tag follows a list index or, for a field that is a string or an object, the field itself.
 _UNION_FIELDS: frozenset[str] = frozenset({"tool_choice", "conversation"})
@@ -52,9 +53,10 @@ def _json_kind(value: object) -> str:
     return type(value).__name__
 
 
-def _type_tail(expected: str, value: object) -> str:
+def type_tail(expected: str, value: object) -> str:
     """How every type error's message ends, after ``Invalid type for '<param>'``."""
     return f": expected {expected}, but got {_json_kind(value)} instead."
+
 
 
 def _fail(param: str | None, code: str, message: str, *, status: int = 400) -> NoReturn:
@@ -63,7 +65,7 @@ def _fail(param: str | None, code: str, message: str, *, status: int = 400) -> N
 
 
 def _fail_type(param: str, expected: str, value: object) -> NoReturn:
-    _fail(param, errors.CODE_INVALID_TYPE, f"Invalid type for '{param}'{_type_tail(expected, value)}")
+    _fail(param, errors.CODE_INVALID_TYPE, f"Invalid type for '{param}'{type_tail(expected, value)}")
 
 
 def _fail_value(param: str | None, detail: str) -> NoReturn:
@@ -77,7 +79,7 @@ def _fail_bad_id(param: str, prefix: str, value: object) -> NoReturn:
     )
 
 
-def _fail_here(code: str, head: str, tail: str, suffix: str = "") -> NoReturn:
+def fail_here(code: str, head: str, tail: str, suffix: str = "") -> NoReturn:
     """An error at the value being validated (or at ``suffix`` inside it, such as ``.type``): the message is
     ``{head} '<its param>'{tail}``."""
     raise PydanticCustomError("api_here", "{head} '...'{tail}",
@@ -85,11 +87,11 @@ def _fail_here(code: str, head: str, tail: str, suffix: str = "") -> NoReturn:
 
 
 def fail_type_here(expected: str, value: object) -> NoReturn:
-    _fail_here(errors.CODE_INVALID_TYPE, "Invalid type for", _type_tail(expected, value))
+    fail_here(errors.CODE_INVALID_TYPE, "Invalid type for", type_tail(expected, value))
 
 
 def fail_value_here(detail: str, *, suffix: str = "") -> NoReturn:
-    _fail_here(errors.CODE_INVALID_VALUE, "Invalid value for", f": {detail}", suffix)
+    fail_here(errors.CODE_INVALID_VALUE, "Invalid value for", f": {detail}", suffix)
 
 
 def type_tag(value: Any, default: object) -> object:
@@ -128,6 +130,24 @@ def one_of(values: tuple[str, ...], *, quoted: bool = False, strings_only: bool 
 
 # --------------------------------------------------------------------------- translation
 
+_BOUNDS = {"less_than_equal": ("<=", "le"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
+           "greater_than": (">", "gt")}
+
+
+def _number(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def value_detail(error: ErrorDetails) -> str:
+    """What follows ``Invalid value for '<param>': `` for one of pydantic's own value errors: a bound
+    as OpenAI words it (``expected a value <= 2, but got 3 instead.``), else pydantic's sentence."""
+    bound = _BOUNDS.get(error["type"])
+    ctx = error.get("ctx") or {}
+    if bound is not None and bound[1] in ctx:
+        return f"expected a value {bound[0]} {_number(ctx[bound[1]])}, but got {_number(error['input'])} instead."
+    return f"{error['msg']}."
+
+
 
 def _param_of(loc: tuple[int | str, ...]) -> str | None:
     """``("input", 0, "message", "content")`` → ``input[0].content`` (union tags dropped)."""
@@ -142,7 +162,7 @@ def _param_of(loc: tuple[int | str, ...]) -> str | None:
     return param or None
 
 
-_EXPECTED: dict[str, str] = {
+EXPECTED_KINDS: dict[str, str] = {
     "bool_type": "a boolean",
     "string_type": "a string",
     "dict_type": "an object",
@@ -157,7 +177,7 @@ def _tag_error(error: ErrorDetails, param: str | None) -> ApiError:
     ctx = error.get("ctx") or {}
     value = error["input"]
     if not isinstance(value, dict):
-        return invalid_request(f"Invalid type for '{param}'{_type_tail(str(ctx['expected']), value)}",
+        return invalid_request(f"Invalid type for '{param}'{type_tail(str(ctx['expected']), value)}",
                                param=param, code=errors.CODE_INVALID_TYPE)
     at = f"{param}.type"
     missing = ctx["missing"]
@@ -187,16 +207,15 @@ def _api_error_of(error: ErrorDetails) -> ApiError:
             f"Missing required parameter: '{param}'.", param=param, code=errors.CODE_MISSING_PARAMETER
         )
     if error["type"].endswith("_type"):
-        expected = _EXPECTED.get(error["type"])
+        expected = EXPECTED_KINDS.get(error["type"])
         if expected is not None:
-            return invalid_request(f"Invalid type for '{param}'{_type_tail(expected, error['input'])}",
+            return invalid_request(f"Invalid type for '{param}'{type_tail(expected, error['input'])}",
                                    param=param, code=errors.CODE_INVALID_TYPE)
         return invalid_request(
             f"Invalid type for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_TYPE
         )
-    return invalid_request(
-        f"Invalid value for '{param}': {error['msg']}.", param=param, code=errors.CODE_INVALID_VALUE
-    )
+    return invalid_request(f"Invalid value for '{param}': {value_detail(error)}", param=param,
+                           code=errors.CODE_INVALID_VALUE)
 
 
 def _first(found: list[ErrorDetails]) -> ErrorDetails:

@@ -1,16 +1,19 @@
 """The ``object: "response"`` dict.
 
 One builder produces every response snapshot (GET, create reply, the ``response`` inside lifecycle
-events), so all of them carry the same keys in every status. Fields this service does not implement
-(sampling, reasoning) are reported with the values that describe what actually happened: plain text
-format, default sampling. ``tools`` and ``tool_choice`` echo the request.
+events), so all of them carry the same keys in every status: every field the ``openai`` client's
+``Response`` reads and every field Open Responses' ``ResponseResource`` requires. The model and sampling
+parameters echo the request; one not sent is reported with the value that describes what happened
+(plain text format, default sampling, no limits). ``tools`` and ``tool_choice`` echo the request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from resilient.protocol._strict import strict_validate
+from resilient.protocol.response_params import ECHOED_WHEN_SENT, RESPONSE_DEFAULTS
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled", "incomplete"]
 
@@ -39,16 +42,23 @@ def build_response(
     completed_at: int | None,
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | dict[str, Any] = "auto",
+    params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A complete response object in OpenAI key order.
 
     ``error`` is ``{"code", "message"}`` with a code from the client's ``ResponseError.code`` literal
     (e.g. ``server_error``); ``incomplete_details`` is ``{"reason": ...}``. The lists and dicts passed in
     are copied shallowly so a later mutation of the caller's list cannot change a stored snapshot.
+    ``params``: the model and sampling parameters the request sent (``create_params.py``), by name.
     """
     if status not in STATUSES:
         raise ValueError(f"invalid response status {status!r}")
-    return {
+    sent = params or {}
+
+    def echo(name: str) -> Any:
+        return sent.get(name, RESPONSE_DEFAULTS[name])
+
+    response = {
         "id": response_id,
         "object": "response",
         "created_at": created_at,
@@ -59,28 +69,34 @@ def build_response(
         "error": dict(error) if error is not None else None,
         "incomplete_details": dict(incomplete_details) if incomplete_details is not None else None,
         "instructions": instructions,
-        "max_output_tokens": None,
-        "max_tool_calls": None,
+        "max_output_tokens": echo("max_output_tokens"),
+        "max_tool_calls": echo("max_tool_calls"),
         "model": model,
         "output": list(output),
-        "parallel_tool_calls": True,
+        "parallel_tool_calls": echo("parallel_tool_calls"),
         "previous_response_id": previous_response_id,
-        "prompt_cache_key": None,
-        "reasoning": {"effort": None, "summary": None},
-        "safety_identifier": None,
-        "service_tier": "default",
+        "prompt_cache_key": echo("prompt_cache_key"),
+        "presence_penalty": echo("presence_penalty"),
+        "frequency_penalty": echo("frequency_penalty"),
+        "reasoning": dict(echo("reasoning")),
+        "safety_identifier": echo("safety_identifier"),
+        "service_tier": echo("service_tier"),
         "store": store,
-        "temperature": 1.0,
-        "text": {"format": {"type": "text"}},
+        "temperature": echo("temperature"),
+        "text": dict(echo("text")),
         "tool_choice": tool_choice if isinstance(tool_choice, str) else dict(tool_choice),
         "tools": [dict(tool) for tool in tools or []],
-        "top_logprobs": 0,
-        "top_p": 1.0,
-        "truncation": "disabled",
+        "top_logprobs": echo("top_logprobs"),
+        "top_p": echo("top_p"),
+        "truncation": echo("truncation"),
         "usage": dict(usage) if usage is not None else None,
-        "user": None,
+        "user": echo("user"),
         "metadata": dict(metadata) if metadata else {},
     }
+    for name in ECHOED_WHEN_SENT:
+        if name in sent:
+            response[name] = sent[name]
+    return response
 
 
 def usage_for(

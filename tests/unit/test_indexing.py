@@ -131,7 +131,17 @@ def test_no_unexpected_functions(indexed: dict[str, dict[str, Any]]) -> None:
                                    "finalize_response", "mark_queued", "wake_next_turn", "inspect_response",
                                    "forget_response", "chain_lock", "__http_v2__"}
     assert set(indexed) == expected | {"cleanup_expired", "repair_stuck_runs", "v1_responses", "health_check",
-                                       "api_root"}
+                                       "api_root", "compact_response", "count_input_tokens"}
+
+
+@pytest.mark.parametrize(("name", "route"), [("compact_response", "responses/compact"),
+                                             ("count_input_tokens", "responses/input_tokens")])
+def test_unserved_openai_endpoints_are_functions_without_a_durable_client(indexed: dict[str, dict[str, Any]],
+                                                                         name: str, route: str) -> None:
+    (trigger,) = _by_type(indexed[name], "httpTrigger")
+    assert trigger["route"] == route and [m.upper() for m in trigger["methods"]] == ["POST"]
+    assert trigger["authLevel"].upper() == "FUNCTION"
+    assert _by_type(indexed[name], "durableClient") == []
 
 
 def test_retention_cleanup_is_a_timer_with_a_durable_client(indexed: dict[str, dict[str, Any]]) -> None:

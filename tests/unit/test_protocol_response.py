@@ -95,10 +95,11 @@ def test_response_validates_strictly_in_every_status(name: str) -> None:
     assert model.id == "resp_abc"
     # the client's own strict path
     assert isinstance(validate_type(type_=Response, value=resp), Response)
-    # nothing silently dropped, nothing unknown except ``store`` (sent by OpenAI, undeclared in the types)
+    # nothing silently dropped, nothing unknown except ``store`` and the two penalties (sent by OpenAI and
+    # required by Open Responses, undeclared in the client's types)
     assert model.model_dump(exclude_unset=True) == resp
     assert unexpected_fields(model) == []
-    assert model.model_extra == {"store": True}
+    assert model.model_extra == {"store": True, "presence_penalty": 0.0, "frequency_penalty": 0.0}
     validate_response(resp)
 
 

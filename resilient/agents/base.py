@@ -181,6 +181,9 @@ class AgentRequest:
     tool_choice: str | dict[str, Any] = "auto"
     # The state the chain's previous turn ended with (its last :class:`SaveState`), if any.
     previous_state: Any = None
+    # The create parameters a model uses, under their OpenAI names (``temperature``, ``max_output_tokens``,
+    # ``reasoning``, ``text``, ...): only those the request carried (see ``engine.agent_request.MODEL_PARAMS``).
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def question(self) -> str:
         """The text of the last user message (what the turn is about). A turn that only answers a tool
@@ -203,8 +206,10 @@ class AgentRequest:
         return dict(self.tools[0])
 
     def tool_outputs(self) -> list[ToolOutput]:
-        """The ``function_call_output`` items of this turn, in input order."""
-        names = {str(i.get("call_id")): str(i.get("name")) for i in self.history if i.get("type") == "function_call"}
+        """The ``function_call_output`` items of this turn, in input order. A call's name is found in the
+        chain's history or in this turn's own input (a stateless tool loop sends the call with its output)."""
+        names = {str(i.get("call_id")): str(i.get("name"))
+                 for i in (*self.history, *self.input_items) if i.get("type") == "function_call"}
         found: list[ToolOutput] = []
         for item in self.input_items:
             if item.get("type") == "function_call_output":
@@ -213,21 +218,31 @@ class AgentRequest:
         return found
 
 
+TEXT_PART_TYPES = frozenset({"input_text", "output_text"})
+
+
 def output_text(output: object) -> str:
-    """A ``function_call_output``'s ``output`` as text (a string, or the text of its parts)."""
+    """A ``function_call_output``'s ``output`` as text (a string, or the text of its text parts; image and
+    file parts have no text)."""
     if isinstance(output, str):
         return output
-    parts = output if isinstance(output, list) else []
-    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    return parts_text(output)
 
 
 def item_text(item: dict[str, Any]) -> str:
-    """The text of a message item: its string content, or its parts' text joined."""
+    """The text of a message item: its string content, or its text parts joined (a refusal, an image or a
+    file part adds nothing)."""
     content = item.get("content")
     if isinstance(content, str):
         return content
-    parts = content if isinstance(content, list) else []
-    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    return parts_text(content)
+
+
+def parts_text(parts: object) -> str:
+    """The text of a list of content parts (``input_text`` and ``output_text`` parts)."""
+    found = parts if isinstance(parts, list) else []
+    return "".join(str(p.get("text") or "") for p in found
+                   if isinstance(p, dict) and p.get("type", "input_text") in TEXT_PART_TYPES)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The model path of the sample agent: one OpenAI-compatible chat-completions client, and the mapping
-between this service's items and the model's messages, tools and errors.
+between this service's tools and errors and the model's (items: ``chat_input``; parameters: ``chat_params``).
 
 Why chat completions: every endpoint shape this template targets (Azure OpenAI deployment URLs, Azure's
 ``/openai/v1`` API, OpenAI and OpenAI-compatible servers) serves it, it streams text, tool-call
@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from resilient.agents.base import AgentError, PermanentAgentError, TransientAgentError, output_text
-from resilient.protocol.items import text_of
+from resilient.agents.base import AgentError, PermanentAgentError, TransientAgentError
 from resilient.settings import Settings
 
 log = logging.getLogger("resilient.agents.model")
@@ -138,37 +137,3 @@ def chat_tool_choice(choice: str | dict[str, Any]) -> Any:
     if isinstance(choice, dict):
         return {"type": "function", "function": {"name": choice["name"]}}
     return choice
-
-
-def chat_messages(system: str, history: Sequence[dict[str, Any]], turn: Sequence[dict[str, Any]],
-                  earlier_phases: Sequence[str]) -> list[dict[str, Any]]:
-    """Model messages: the system prompt, the chain's history and this turn's input (messages, tool calls
-    and their outputs), then the texts of this turn's earlier phases."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    for item in [*history, *turn]:
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = str(item.get("role", "user"))
-            messages.append({"role": role if role in ("user", "assistant", "system") else "system",
-                             "content": text_of(item)})
-        elif kind == "function_call":
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
-            last = messages[-1]
-            if last["role"] == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item["call_id"],
-                             "content": output_text(item.get("output"))})
-        elif kind == "mcp_approval_request":
-            messages.append({"role": "assistant", "content": f"(asked for approval to run {item.get('name')} "
-                             f"with {item.get('arguments')})"})
-        elif kind == "mcp_approval_response":
-            verdict = "approved" if item.get("approve") else "denied"
-            reason = f": {item['reason']}" if item.get("reason") else ""
-            messages.append({"role": "user", "content": f"({verdict}{reason})"})
-    for text in earlier_phases:
-        messages.append({"role": "assistant", "content": text})
-    return messages

@@ -10,6 +10,10 @@ output in the turn, the agent calls the first offered tool (or the one ``tool_ch
 verbatim at the start of its last phase. With ``metadata.require_approval == "true"`` it asks for
 approval before its last phase. With a model, the model decides about tools.
 
+Images and files: offline, the first phase names what the turn's input carried besides text ("Given 1
+image, 1 file."); with a model, they go to it as content parts (``chat_input``), with the request's model
+parameters (``chat_params``).
+
 Request ``metadata`` knobs for the offline agent (handy for demos and tests; all optional):
 ``research_phases`` (1-20, default 4), ``words_per_phase`` (1-2000, default 48),
 ``delta_delay_ms`` (0-5000, default the app setting ``RESILIENT_AGENT_DELTA_DELAY_MS``),
@@ -39,6 +43,8 @@ from resilient.agents.base import (
     Usage,
     item_text,
 )
+from resilient.agents.chat_input import chat_messages
+from resilient.agents.chat_params import chat_params
 from resilient.settings import Settings
 from resilient.telemetry import spans
 
@@ -66,11 +72,15 @@ def _bounded_int(raw: str | None, default: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def offline_words(question: str, phase: Phase, index: int, count: int, earlier: str = "") -> list[str]:
+def offline_words(question: str, phase: Phase, index: int, count: int, earlier: str = "",
+                  given: str = "") -> list[str]:
     """Deterministic pseudo-prose for ``phase``: same inputs, same words (so recovered output is identical).
-    ``earlier``: the chain's previous question, which the first phase of a follow-up turn mentions."""
+    ``earlier``: the chain's previous question, which the first phase of a follow-up turn mentions;
+    ``given``: what the turn's input carried besides text (``"1 image, 1 file"``), which it mentions too."""
     seed = hashlib.sha256(f"{question}\x00{phase.name}\x00{index}".encode()).digest()
     words = [f"[{phase.name}]"]
+    if given:
+        words += f"Given {given}.".split()
     if earlier:
         words += f"Following up on \"{' '.join(earlier.split()[:6])}\":".split()
     topic = " ".join(question.split()[:6]) or "the question"
@@ -138,7 +148,8 @@ class ResearchAgent:
         delay = self._delay_seconds(request)
         earlier = _previous_question(request) if context.phase_index == 0 else ""
         earlier = "" if earlier == request.question() else earlier  # a turn that only answers a tool call
-        words = offline_words(request.question(), context.phase, context.phase_index, count, earlier)
+        given = attachments(request.input_items) if context.phase_index == 0 else ""
+        words = offline_words(request.question(), context.phase, context.phase_index, count, earlier, given)
         for position, word in enumerate(words):
             if context.should_stop:
                 return
@@ -159,8 +170,8 @@ class ResearchAgent:
         system = ((request.instructions or "You are a careful research assistant.")
                   + f"\nYou are in phase {context.phase_index + 1} of {len(context.plan)}: "
                   f"{context.phase.name}. Goal: {context.phase.goal} Be concise.")
-        messages = model.chat_messages(system, request.history, request.input_items, context.previous_texts())
-        extra: dict[str, Any] = {}
+        messages = chat_messages(system, request.history, request.input_items, context.previous_texts())
+        extra = chat_params(request.params, has_tools=bool(request.tools))
         if request.tools:
             extra["tools"] = model.chat_tools(request.tools)
             extra["tool_choice"] = model.chat_tool_choice(request.tool_choice)
@@ -220,6 +231,19 @@ def _usage(usage: Any) -> Usage:
         cached_tokens=int(getattr(prompt_details, "cached_tokens", 0) or 0),
         reasoning_tokens=int(getattr(completion_details, "reasoning_tokens", 0) or 0),
     )
+
+
+def attachments(items: Sequence[dict[str, Any]]) -> str:
+    """What ``items`` carry besides text, counted (``"2 images, 1 file"``; empty for text only): the image
+    and file parts of messages and of tool outputs."""
+    counts = {"input_image": 0, "input_file": 0}
+    for item in items:
+        parts = item.get("content") if item.get("type", "message") == "message" else item.get("output")
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict) and part.get("type") in counts:
+                counts[part["type"]] += 1
+    named = ((counts["input_image"], "image"), (counts["input_file"], "file"))
+    return ", ".join(f"{n} {noun}{'s' if n > 1 else ''}" for n, noun in named if n)
 
 
 def _previous_question(request: AgentRequest) -> str:

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 MAX_HISTORY_TURNS = 50
 STATE_KEY = "agent_state"  # in a row's document: the last state the turn's agent saved (SaveState)
 
+# The create parameters that shape a model call, as the row's document keeps them (their OpenAI names).
+# An agent reads them as ``AgentRequest.params``; the sample agent's model path maps them onto its model call
+# (``resilient.agents.chat_params``).
+MODEL_PARAMS = (
+    "temperature", "top_p", "presence_penalty", "frequency_penalty", "max_output_tokens", "top_logprobs",
+    "parallel_tool_calls", "reasoning", "text", "truncation", "max_tool_calls", "prompt_cache_key",
+    "prompt_cache_retention", "safety_identifier", "service_tier", "user", "include",
+)
+
 
 async def agent_request(storage: Storage, record: ResponseRecord) -> AgentRequest:
     items = await all_input_items(storage, record.response_id)
@@ -26,6 +35,7 @@ async def agent_request(storage: Storage, record: ResponseRecord) -> AgentReques
 
 def request_from(record: ResponseRecord, items: list[JsonDict], history: list[JsonDict],
                  previous_state: Any = None) -> AgentRequest:
+    """The agent's view of a row: built once per step (never per event)."""
     return AgentRequest(
         response_id=record.response_id,
         model=str(record.doc.get("model") or ""),
@@ -36,7 +46,13 @@ def request_from(record: ResponseRecord, items: list[JsonDict], history: list[Js
         tools=list(record.doc.get("tools") or []),
         tool_choice=record.doc.get("tool_choice") or "auto",
         previous_state=previous_state,
+        params=model_params(record.doc),
     )
+
+
+def model_params(doc: JsonDict) -> dict[str, Any]:
+    """The model parameters the request set (absent and null ones left out: the model's defaults apply)."""
+    return {name: doc[name] for name in MODEL_PARAMS if doc.get(name) is not None}
 
 
 async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:

@@ -9,6 +9,7 @@ import pytest
 
 from resilient.agents import model
 from resilient.agents.base import PermanentAgentError, TransientAgentError
+from resilient.agents.chat_input import chat_messages
 from resilient.settings import Settings
 from tests.fakemodel.server import Behaviour, FakeModel
 
@@ -90,7 +91,7 @@ def test_chat_messages_carry_calls_and_outputs() -> None:
     ]
     turn = [{"type": "function_call_output", "call_id": "call_1", "output": "one"},
             {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "two"}]}]
-    messages = model.chat_messages("sys", history, turn, ["earlier"])
+    messages = chat_messages("sys", history, turn, ["earlier"])
     assert messages == [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q"},

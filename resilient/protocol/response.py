@@ -83,7 +83,7 @@ def build_response(
         "service_tier": echo("service_tier"),
         "store": store,
         "temperature": echo("temperature"),
-        "text": dict(echo("text")),
+        "text": {**RESPONSE_DEFAULTS["text"], **echo("text")},  # a text config without format: plain text
         "tool_choice": tool_choice if isinstance(tool_choice, str) else dict(tool_choice),
         "tools": [dict(tool) for tool in tools or []],
         "top_logprobs": echo("top_logprobs"),

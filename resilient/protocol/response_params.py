@@ -34,6 +34,8 @@ RESPONSE_DEFAULTS: dict[str, Any] = {
     "truncation": "disabled",
     "user": None,
 }
-# Echoed only when sent (the response object has them, Open Responses does not require them).
-ECHOED_WHEN_SENT: tuple[str, ...] = ("prompt", "prompt_cache_retention", "access_programs", "image", "moderation",
-                                     "prompt_cache_options")
+# Echoed only when sent (the response object has them, Open Responses does not require them). Not echoed:
+# ``include``, ``context_management``, ``background_options`` and ``stream_options`` (the response object has
+# no such field), ``image`` and ``moderation`` (its fields of those names report what the service applied,
+# in another shape); they are stored all the same.
+ECHOED_WHEN_SENT: tuple[str, ...] = ("prompt", "prompt_cache_retention", "access_programs", "prompt_cache_options")

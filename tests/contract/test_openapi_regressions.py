@@ -121,8 +121,18 @@ def test_a_bare_string_is_not_an_event() -> None:
     ({"tool_choice": "required"}, "invalid_value", "tool_choice"),
     ({"input": [{"type": "mcp_approval_response", "approval_request_id": "i", "approve": False}]},
      "invalid_value", "input[0].approval_request_id"),  # ST202: an answer needs an earlier turn
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "o"}], "previous_response_id": None},
-     "invalid_value", "input[0].call_id"),
+    ({"presence_penalty": 2.5}, "invalid_value", "presence_penalty"),
+    ({"top_logprobs": 21}, "invalid_value", "top_logprobs"),
+    ({"truncation": "middle"}, "invalid_value", "truncation"),
+    ({"reasoning": "high"}, "invalid_type", "reasoning"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x.test/a.png",
+                                              "detail": "huge"}]}]}, "invalid_value", "input[0].content[0].detail"),
+    ({"input": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]}, "invalid_value",
+     "input[0].content[0].type"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "missing_required_parameter", "input[0].id"),
+    ({"input": [{"type": "item_reference", "id": "msg_1", "role": "user"}]}, "unknown_parameter", "input[0].role"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]}, "invalid_type",
+     "input[0].arguments"),
     ({"previous_response_id": "resp_x", "input": [
         {"type": "mcp_approval_response", "approval_request_id": "a", "approve": True},
         {"type": "mcp_approval_response", "approval_request_id": "b", "approve": True}]},
@@ -150,11 +160,29 @@ def test_bodies_the_spec_forbids_are_refused(http: httpx.Client, fields: dict[st
                                                   "logprobs": []}]},
                {"role": "developer", "content": [{"type": "input_text", "text": "b", "prompt_cache_breakpoint": {
                    "mode": "explicit", "ttl": "30m"}}]}]},
+    # A stateless tool loop (the Agents SDK and the AI SDK resend the whole history), with store: false too.
+    {"input": [{"role": "user", "content": "q"},
+               {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "call_1", "output": [
+                   {"type": "input_text", "text": "r"}, {"type": "input_image", "image_url": "https://x.test/i.png"}]}],
+     "store": False},
+    {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+                                            {"type": "input_file", "file_data": "aGk=", "filename": "a.txt"}]},
+               {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+               {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]}]},
+    {"text": {}, "reasoning": {}},  # found by schemathesis: an empty text config is echoed with its format
+    {"temperature": 0, "top_p": 1, "presence_penalty": -2, "frequency_penalty": 2, "top_logprobs": 0,
+     "max_output_tokens": 16, "max_tool_calls": 0, "parallel_tool_calls": True, "truncation": "disabled",
+     "service_tier": "auto", "user": "u", "safety_identifier": "s", "prompt_cache_key": "k",
+     "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "low"}, "text": {"format": {"type": "text"}},
+     "prompt_cache_retention": "24h"},
 ])
 def test_bodies_the_spec_allows_are_accepted(http: httpx.Client, fields: dict[str, Any]) -> None:
     body = {"model": "m", "input": "q", "metadata": KNOBS, **fields}
     assert valid("CreateResponseRequest", body)
-    assert http.post("/responses", json=body).status_code == 200
+    answer = http.post("/responses", json=body)
+    assert answer.status_code == 200
+    assert valid("Response", answer.json()), answer.json()
 
 
 # ------------------------------------------------------------------- rules the schema cannot state: 400
@@ -184,6 +212,45 @@ def test_rules_the_schema_cannot_state_are_400_as_openai_answers(http: httpx.Cli
     follow = {"model": "m", "previous_response_id": called["id"], "input": "and now?"}
     assert valid("CreateResponseRequest", follow)
     refused(http.post("/responses", json=follow), 400, "tool_output_required", "input")
+    # A call in the input without its output; a reference to nothing; an image data URL that is no image.
+    unanswered = {"model": "m", "input": [
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}]}
+    assert valid("CreateResponseRequest", unanswered)
+    refused(http.post("/responses", json=unanswered), 400, "tool_output_required", "input")
+    plain = create(http)
+    nowhere = {"model": "m", "previous_response_id": plain["id"], "input": [{"type": "item_reference", "id": "x"}]}
+    assert valid("CreateResponseRequest", nowhere)
+    refused(http.post("/responses", json=nowhere), 400, "item_not_found", "input[0].id")
+    not_an_image = {"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:application/pdf;base64,JVBE"}]}]}
+    assert valid("CreateResponseRequest", not_an_image)
+    refused(http.post("/responses", json=not_an_image), 400, "invalid_value", "input[0].content[0].image_url")
+
+
+def test_every_input_item_kind_is_listed_as_the_spec_says(http: httpx.Client) -> None:
+    called = create(http, tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}])
+    call = called["output"][0]
+    items = [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x.test/i.png"},
+                                          {"type": "input_file", "file_url": "https://x.test/f.pdf"}]},
+             {"type": "item_reference", "id": call["id"]},
+             {"type": "function_call_output", "call_id": call["call_id"], "output": "r"},
+             {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}]},
+             {"role": "assistant", "content": [{"type": "output_text", "text": "t", "annotations": [
+                 {"type": "file_path", "file_id": "f", "index": 0}]}]},
+             {"type": "mcp_call", "id": "mcp_1", "server_label": "s", "name": "n", "arguments": "{}"}]
+    turn = create(http, previous_response_id=called["id"], input=items, presence_penalty=1, temperature=0.5)
+    assert (turn["presence_penalty"], turn["temperature"], turn["frequency_penalty"]) == (1, 0.5, 0.0)
+    listing = http.get(f"/responses/{turn['id']}/input_items", params={"order": "asc"}).json()
+    assert valid("InputItemList", listing), listing
+    assert [i["type"] for i in listing["data"]] == ["message", "item_reference", "function_call_output",
+                                                   "reasoning", "message", "mcp_call"]
+
+
+@pytest.mark.parametrize("path", ["/responses/compact", "/responses/input_tokens"])
+def test_unserved_openai_endpoints_answer_501_in_the_error_shape(http: httpx.Client, path: str) -> None:
+    answer = http.post(path, json={"model": "m", "input": "q"})
+    assert answer.status_code == 501 and valid("Error", answer.json())
+    assert answer.json()["error"]["code"] == "not_implemented"
 
 
 def test_what_a_response_refuses_is_400_and_what_its_state_refuses_now_is_409(http: httpx.Client) -> None:

@@ -45,7 +45,9 @@ def test_the_app_conforms_to_its_openapi_document(contract_base_url: str, contra
     command = [
         str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(CONFIG), "run", str(OPENAPI),
         "--url", contract_base_url,
-        "--checks", "all", "--exclude-checks", EXCLUDED_CHECKS,
+        # Every check runs by default; "--checks all" would also override the per-operation settings of
+        # schemathesis.toml (CLI options take precedence), which turn one check off for the 501 operations.
+        "--exclude-checks", EXCLUDED_CHECKS,
         "--phases", ",".join(PHASES),
         "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2",
         "--request-timeout", "60", "--generation-database", "none", "--no-color",
@@ -59,7 +61,7 @@ def test_the_app_conforms_to_its_openapi_document(contract_base_url: str, contra
     result = json.loads(report.read_text())
     assert result["failures"] == [] and result["errors"] == [], output
     assert run.returncode == 0, output
-    assert result["operations"]["tested"] == result["operations"]["selected"] == 8, result["operations"]
+    assert result["operations"]["tested"] == result["operations"]["selected"] == 10, result["operations"]
     ran = {phase: state["status"] for phase, state in result["phases"].items()}
     assert all(ran.get(phase) == "success" for phase in PHASES), ran  # the stateful phase included
     assert result["test_cases"]["generated"] >= 100, result["test_cases"]

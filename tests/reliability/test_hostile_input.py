@@ -244,6 +244,18 @@ input_items = st.lists(
                                   st.one_of(hostile_text, st.sampled_from(["input_text", "output_text"]),
                                             json_values), max_size=3), max_size=3)),
                                   "type": st.sampled_from(["message", "function_call", 1])}),
+        st.fixed_dictionaries({"type": st.sampled_from(["function_call", "function_call_output", "reasoning",
+                                                        "item_reference", "mcp_call", "input_image", None])},
+                              optional={"id": hostile_text, "call_id": hostile_text, "name": hostile_text,
+                                        "arguments": st.one_of(hostile_text, json_values),
+                                        "output": st.one_of(hostile_text, json_values),
+                                        "summary": json_values, "encrypted_content": hostile_text}),
+        st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": st.lists(
+            st.fixed_dictionaries({"type": st.sampled_from(["input_image", "input_file", "refusal"])},
+                                  optional={"image_url": st.one_of(hostile_text, st.sampled_from(
+                                      ["data:", "data:image/png;base64,", "data:text/html,<b>", "https://x"])),
+                                      "file_data": hostile_text, "file_url": hostile_text, "file_id": hostile_text,
+                                      "detail": hostile_text, "refusal": hostile_text}), max_size=2)}),
     ),
     max_size=5,
 )
@@ -321,6 +333,34 @@ def test_create_over_two_mib_is_413_and_just_under_is_not(http: httpx.Client) ->
         yield b'"}'
 
     assert send(http, "POST", "/responses", content=chunks()).status_code == 413
+
+
+def test_a_20_mb_data_url_is_413_before_it_is_parsed(http: httpx.Client) -> None:
+    """The body limit (2 MiB) holds for data URLs too: 413 ``payload_too_large``, never a 500."""
+    image = "data:image/png;base64," + "A" * (20 * 1024 * 1024)
+    answer = post_json(http, {**BASE, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": image}]}]})
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "payload_too_large"
+
+
+def test_a_non_image_data_url_in_input_image_is_400(http: httpx.Client) -> None:
+    answer = post_json(http, {**BASE, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:text/html;base64,PGI+"}]}]})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "input[0].content[0].image_url"
+
+
+def test_an_item_reference_to_another_chains_item_is_400(http: httpx.Client, finished: dict[str, str]) -> None:
+    """An item of another chain exists, but a turn reaches only its own chain's items."""
+    items = send(http, "GET", f"/responses/{finished['background']}/input_items").json()["data"]
+    other = post_json(http, {**BASE, "background": False}).json()
+    answer = post_json(http, {**BASE, "previous_response_id": other["id"], "input": [
+        {"type": "item_reference", "id": items[0]["id"]}]})
+    assert answer.status_code == 400
+    assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == ("item_not_found", "input[0].id")
+    fresh = post_json(http, {**BASE, "input": [{"type": "item_reference", "id": items[0]["id"]}]})
+    assert fresh.status_code == 400 and fresh.json()["error"]["code"] == "item_not_found"
 
 
 # -------------------------------------------------------------------------------------------- paths and ids

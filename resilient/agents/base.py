@@ -169,7 +169,10 @@ class TransientAgentError(AgentError):
 
 @dataclass(frozen=True)
 class AgentRequest:
-    """What the agent may read of the request that started the turn."""
+    """What the agent may read of the request that started the turn. ``input_items`` and ``history`` are items
+    in the OpenAI Responses item JSON shape (``openai.types.responses``: messages with text, image and file
+    parts, function calls and outputs, reasoning, ...); ``docs/AGENT_INPUT.md`` says how each kind reaches
+    each kind of agent."""
 
     response_id: str
     model: str

@@ -84,6 +84,28 @@ def test_history_keeps_answered_calls_and_a_saved_conversation_does_not_take_a_c
     assert [m.role for m in again] == ["system", "user", "assistant", "tool"]
 
 
+def test_agent_frameworks_responses_client_sends_the_contents_as_the_items_they_came_from() -> None:
+    """The round trip: Agent Framework's Responses API client (``OpenAIChatClient``) turns the contents back
+    into the items the request carried (its documented override point for the request input, called
+    directly, as no model is needed to see it)."""
+    from agent_framework.openai import OpenAIChatClient
+
+    user = shapes.user(shapes.text("Look"), shapes.IMAGE_URL, shapes.IMAGE_DATA, shapes.IMAGE_FILE_ID,
+                       shapes.FILE_DATA, shapes.FILE_URL)
+    rich_output = shapes.call_output("call_1", [shapes.text("wet"), shapes.IMAGE_URL])
+    items = [user, shapes.reasoning(), shapes.call("call_1", "get_weather", '{"c":1}'), rich_output,
+             shapes.assistant("Rain.", refusal="No.")]
+    client = OpenAIChatClient(model="m", api_key="unused")
+    sent = client._prepare_messages_for_openai(item_messages(items), request_uses_service_side_storage=False)
+    assert sent[0] == user
+    assert sent[1] == {"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAA-opaque",
+                       "summary": [{"type": "summary_text", "text": "I should look at the image."}]}
+    assert {k: sent[2][k] for k in ("type", "call_id", "name", "arguments")} == shapes.call("call_1", "get_weather",
+                                                                                         '{"c":1}')
+    assert sent[3] == rich_output
+    assert sent[4]["content"][1:] == [{"type": "refusal", "refusal": "No."}]
+
+
 @pytest.fixture()
 def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel]:
     with FakeModel() as fake:

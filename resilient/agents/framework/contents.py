@@ -90,7 +90,7 @@ def assistant_contents(item: dict[str, Any]) -> list[Content]:
         summary = "".join(str(s.get("text") or "") for s in item.get("summary") or [] if isinstance(s, dict))
         encrypted = item.get("encrypted_content")
         props = {"encrypted_content": encrypted} if encrypted else None
-        return [Content.from_text_reasoning(id=item.get("id"), text=summary, status=item.get("status"),
+        return [Content.from_text_reasoning(id=item.get("id"), text=summary or None, status=item.get("status"),
                                             additional_properties=props)]
     if kind == "mcp_call":
         call_id = str(item.get("id"))

@@ -26,12 +26,14 @@ elif ! .venv/bin/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
-if [ ! -x node_modules/.bin/azurite ]; then
+# node_modules: Azurite, and the JavaScript clients tests/clients drives (package.json). Installed again
+# whenever it no longer matches package-lock.json (a pull that changed it), checked in one node call.
+if [ ! -x node_modules/.bin/azurite ] || ! node scripts/node_deps_current.mjs; then
   if ! command -v npm >/dev/null 2>&1; then
-    echo "error: Node.js 18+ (with npm) is required to install Azurite, the local storage emulator" >&2
+    echo "error: Node.js 18+ (with npm) is required to install Azurite and the tests' JavaScript clients" >&2
     exit 1
   fi
-  echo "setup: npm ci (Azurite)"
+  echo "setup: npm ci (Azurite, AI SDK: package-lock.json)"
   npm ci --no-audit --no-fund --loglevel=error
 fi
 if [ ! -f local.settings.json ]; then

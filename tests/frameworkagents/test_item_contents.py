@@ -16,6 +16,7 @@ from tests import itemshapes as shapes
 from tests.fakemodel.server import FakeModel
 from tests.frameworkagents import app_agents
 from tests.frameworkagents.model import ToolLoop
+from tests.frameworkagents.test_adapter import run_step
 
 
 def _context(items: list[dict[str, Any]], history: list[dict[str, Any]] | None = None,
@@ -118,7 +119,7 @@ def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel
 async def test_an_agent_framework_agent_sends_the_image_and_file_as_content_parts(model: FakeModel) -> None:
     agent = wrap_agent(app_agents.build())
     context = _context([shapes.user(shapes.text("please e-mail bob this"), shapes.IMAGE_DATA, shapes.FILE_DATA)])
-    [output async for output in agent.run_phase(context)]
+    await run_step(agent, context)
     # Agent Framework's Chat Completions client sends each content of a message as a message of its own
     users = [m["content"] for m in model.chat_requests()[0].body["messages"] if m["role"] == "user"]
     assert users[0] == "please e-mail bob this"
@@ -132,7 +133,7 @@ async def test_a_stateless_tool_loop_reaches_an_agent_framework_agent_as_tool_hi
     agent = wrap_agent(app_agents.build())
     context = _context([shapes.user(shapes.text("weather in Oslo?")), shapes.call("call_9", "get_weather"),
                         shapes.call_output("call_9", "sunny")])
-    outputs = [output async for output in agent.run_phase(context)]
+    outputs = await run_step(agent, context)
     assert "".join(o for o in outputs if isinstance(o, str)) == "Done: sunny."
     messages = model.chat_requests()[0].body["messages"]
     assert [m["role"] for m in messages] == ["system", "system", "user", "assistant", "tool"]  # agent's, request's

@@ -193,7 +193,8 @@ def test_an_agent_that_cannot_be_stepped_is_refused_with_what_to_do_instead() ->
         async def run(self, messages: Any) -> Any:
             return None
 
-    with pytest.raises(AgentLoadError, match=r"takes no per-run middleware.*Return an agent_framework.Agent"):
+    refusal = r"cannot be run step by step: its run\(\) takes no chat and function middleware.*Build an agent_framework"
+    with pytest.raises(AgentLoadError, match=refusal):
         wrap_agent(RunsWhole())
 
 

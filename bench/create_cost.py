@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from counting_proxy import CountingProxy
 
-from resilient.engine.instance import InstanceCaches
+from resilient.engine.worker_state import WorkerState
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
 from resilient.storage.factory import Storage, open_storage
@@ -45,7 +45,7 @@ BODY = json.dumps({
 async def _service(connection: str) -> tuple[ResponsesService, Storage]:
     settings = Settings.from_env({"AzureWebJobsStorage": connection,
                                   "RESILIENT_STORAGE_PREFIX": "cc" + secrets.token_hex(3)})
-    caches = InstanceCaches()  # what bootstrap wires for a worker
+    caches = WorkerState()  # what bootstrap wires for a worker
     storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept)
     service = ResponsesService(storage, NoDurable(), settings, caches=caches)  # NoDurable starts nothing (see above)
     return service, storage

@@ -3,8 +3,8 @@
 Why one place: every process-local cache (the run memo, the kept log writers, the control board, the
 committed feed with its recent-log memory, the on-demand repair throttle) must be the same object for
 storage, the engine and the HTTP layer of a worker, or one of them would miss what another learnt. None of
-them lives at module level: each worker's are built here. :class:`~resilient.engine.instance.
-InstanceCaches` holds them and states what each may see stale; this module builds one per event loop and
+them lives at module level: each worker's are built here. :class:`~resilient.engine.worker_state.
+WorkerState` holds them and states what each may see stale; this module builds one per event loop and
 hands it to all three.
 """
 
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from resilient.agents.base import Agent
 from resilient.engine.activities import Engine
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.repair import Repairer
+from resilient.engine.heal.repair import Repairer
+from resilient.engine.worker_state import WorkerState
 from resilient.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class Worker:
 
     storage: Storage
     engine: Engine
-    caches: InstanceCaches = field(repr=False)
+    caches: WorkerState = field(repr=False)
 
     @property
     def settings(self) -> Settings:
@@ -44,7 +44,7 @@ class Worker:
                                 on_created=self.engine.remember_created, caches=self.caches)
 
 
-async def bootstrap(settings: Settings, agent: Agent, *, caches: InstanceCaches | None = None,
+async def bootstrap(settings: Settings, agent: Agent, *, caches: WorkerState | None = None,
                     created: CreatedLocations | None = None) -> Worker:
     """Open storage over one set of instance caches and build the engine over both. ``created``: the
     storage locations whose tables and containers this process created already (see
@@ -53,7 +53,7 @@ async def bootstrap(settings: Settings, agent: Agent, *, caches: InstanceCaches 
     The storage SDKs load here, at the first activity or request, not when a new worker indexes the app."""
     from resilient.storage.factory import open_storage
 
-    caches = caches if caches is not None else InstanceCaches()
+    caches = caches if caches is not None else WorkerState()
     storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept,
                                  created=created)
     return Worker(storage, Engine(storage, agent, settings, caches=caches), caches)

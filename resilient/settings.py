@@ -92,7 +92,7 @@ class Settings:
     function_timeout_seconds: float | None = None
     stream_limit_seconds: float | None = None
     phase_deadline_seconds: float | None = None
-    # Repair of runs whose orchestration died (see resilient/engine/repair.py).
+    # Repair of runs whose orchestration died (see resilient/engine/heal/repair.py).
     repair_grace_seconds: float = 60.0
     repair_check_seconds: float = 10.0
 

@@ -3,7 +3,7 @@
 Used where the host double is not needed: the race tests (``tests/reliability/test_races.py``) and the
 repair tests (``tests/integration/test_repair*.py``). It plays the Durable side only:
 
-* runs ``resilient.engine.orchestrator.response_orchestrator`` step by step, executing each activity with
+* runs ``resilient.engine.orchestration.orchestrator.response_orchestrator`` step by step, executing each activity with
   the real :class:`~resilient.engine.activities.Engine` (each activity is its own asyncio task, so a
   "killed" orchestration can leave it running as a zombie, or kill it too);
 * answers ``chain_lock`` entity calls with the entity's own pure state machine (``chainlock.apply``, one
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from resilient.engine import chainlock, unstored
-from resilient.engine import orchestration_terms as terms
-from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine
+from resilient.engine.chain import chainlock
+from resilient.engine.heal import unstored
+from resilient.engine.orchestration import orchestrator as orch
+from resilient.engine.orchestration import terms as terms
 
 WORKER_EXIT = ("Activity function '{name}' failed: python exited with code 137 (0x89) \n "
                "Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited with code 137")

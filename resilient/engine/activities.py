@@ -31,11 +31,11 @@ Cancel is atomic to readers: ``POST .../cancel`` only raises the row's cancel fl
 in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) once the phase it stopped
 has checkpointed its partial item, so a reader never sees ``cancelled`` without that item.
 
-Where each piece lives: :mod:`~resilient.engine.planning` (plan, resumed plan, queued),
-:mod:`~resilient.engine.phase` (one phase attempt), :mod:`~resilient.engine.pump` (the output pump),
-:mod:`~resilient.engine.claim` (claiming the log), :mod:`~resilient.engine.conclude` (finalize, settle a
-cancel, inspect), :mod:`~resilient.engine.runmemo` (what this process remembers of its runs) and
-:mod:`~resilient.engine.agent_request` (the agent's request). :class:`Engine` is the facade over them.
+Where each piece lives: :mod:`~resilient.engine.run.planning` (plan, resumed plan, queued),
+:mod:`~resilient.engine.run.phase` (one phase attempt), :mod:`~resilient.engine.run.pump` (the output pump),
+:mod:`~resilient.engine.run.claim` (claiming the log), :mod:`~resilient.engine.run.conclude` (finalize, settle a
+cancel, inspect), :mod:`~resilient.engine.run.runmemo` (what this process remembers of its runs) and
+:mod:`~resilient.engine.run.agent_request` (the agent's request). :class:`Engine` is the facade over them.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from resilient.agents.base import Agent
-from resilient.engine import conclude, planning
-from resilient.engine.agent_request import previous_turn, request_from
-from resilient.engine.batching import Tuning
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.liveness import Liveness
-from resilient.engine.phase import run_attempt
-from resilient.engine.runmemo import RunMemo
+from resilient.engine.run import conclude, planning
+from resilient.engine.run.agent_request import previous_turn, request_from
+from resilient.engine.run.batching import Tuning
+from resilient.engine.run.liveness import Liveness
+from resilient.engine.run.phase import run_attempt
+from resilient.engine.run.runmemo import RunMemo
+from resilient.engine.worker_state import WorkerState
 from resilient.settings import Settings
 from resilient.storage.ports import JsonDict, ResponseRecord
 from resilient.telemetry import metrics, spans
@@ -72,13 +72,13 @@ class Engine:
     what they share, so the bindings and tests see one object with stable names."""
 
     def __init__(self, storage: Storage, agent: Agent, settings: Settings, tuning: Tuning | None = None,
-                 *, caches: InstanceCaches | None = None) -> None:
+                 *, caches: WorkerState | None = None) -> None:
         self.storage = storage
         self.agent = agent
         self.settings = settings
         self.tuning = tuning or Tuning.from_settings(settings)
         self.liveness = Liveness()
-        self.caches = caches if caches is not None else InstanceCaches.sharing(storage)  # this process's memory of runs
+        self.caches = caches if caches is not None else WorkerState.sharing(storage)  # this process's memory of runs
         self.runs = self.caches.runs
 
     def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
@@ -163,7 +163,7 @@ class Engine:
     async def finalize(self, response_id: str, outcome: JsonDict,
                        output: Sequence[JsonDict] | None = None, *, traceparent: str | None = None) -> JsonDict:
         """Decide the terminal status (CAS) and append the single terminal event (idempotent); see
-        :func:`resilient.engine.conclude.finalize`."""
+        :func:`resilient.engine.run.conclude.finalize`."""
         with spans.activity_span("finalize", response_id, traceparent,
                                  {"outcome.status": str(outcome.get("status", "completed"))}) as span:
             final = await conclude.finalize(self.storage, self.caches, response_id, outcome, output)
@@ -172,7 +172,7 @@ class Engine:
 
     async def inspect(self, response_id: str) -> JsonDict:
         """Whether a response's run is over (terminal status and terminal event); see
-        :func:`resilient.engine.conclude.inspect`."""
+        :func:`resilient.engine.run.conclude.inspect`."""
         return await conclude.inspect(self.storage, response_id)
 
     async def settle_cancel(self, response_id: str) -> None:

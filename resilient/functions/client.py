@@ -1,13 +1,13 @@
 """The Durable client binding behind the app's small ports (:class:`~resilient.http.service.DurableRuntime`,
-:class:`~resilient.engine.repair.DurableControl`), and the repairer built over it."""
+:class:`~resilient.engine.heal.repair.DurableControl`), and the repairer built over it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from resilient.engine.activities import Engine
-from resilient.engine.orchestration_terms import ORCHESTRATOR
-from resilient.engine.repair import Repairer, RepairPolicy
+from resilient.engine.heal.repair import Repairer, RepairPolicy
+from resilient.engine.orchestration.terms import ORCHESTRATOR
 from resilient.functions.durable_bindings import DurableClient
 
 
@@ -49,4 +49,5 @@ def repairer(client: DurableClient, engine: Engine) -> Repairer:
     settings = engine.settings
     policy = RepairPolicy(missing_grace_seconds=settings.repair_grace_seconds,
                           check_interval_seconds=settings.repair_check_seconds)
-    return Repairer(engine.storage, ClientRuntime(client), engine.finalize, policy, throttle=engine.caches.nudges)
+    return Repairer(engine.storage, ClientRuntime(client), engine.finalize, policy,
+                    throttle=engine.caches.repair_checks)

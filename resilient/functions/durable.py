@@ -11,8 +11,10 @@ from collections.abc import Generator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine import chainlock, orchestrator, unstored
-from resilient.engine import orchestration_terms as terms
+from resilient.engine.chain import chainlock
+from resilient.engine.heal import unstored
+from resilient.engine.orchestration import orchestrator
+from resilient.engine.orchestration import terms as terms
 from resilient.functions.client import repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory

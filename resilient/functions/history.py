@@ -1,4 +1,4 @@
-"""The :class:`~resilient.engine.unstored.HistoryPort` over the Durable client binding."""
+"""The :class:`~resilient.engine.heal.unstored.HistoryPort` over the Durable client binding."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from resilient.engine.orchestration_terms import FORGET_AFTER_KEY
+from resilient.engine.orchestration.terms import FORGET_AFTER_KEY
 from resilient.functions.durable_bindings import DurableClient
 
 # A store=false run's instance is never older than its run plus the grace: a day back is plenty.

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import azure.functions as func
 
-from resilient.engine import unstored
-from resilient.engine.retention import purge_expired
+from resilient.engine.heal import unstored
+from resilient.engine.heal.retention import purge_expired
 from resilient.functions.client import repairer
 from resilient.functions.durable_bindings import DurableBlueprint, DurableClient
 from resilient.functions.history import ClientHistory

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from resilient import logs
 from resilient.agents.base import Agent
 from resilient.bootstrap import Worker, bootstrap
-from resilient.engine import resume_notice
 from resilient.engine.activities import Engine
+from resilient.engine.heal import resume_notice
 from resilient.settings import Settings
 from resilient.telemetry import setup as telemetry
 
@@ -65,6 +65,6 @@ class ProcessRuntime:
                     resume_notice.announce_detached(found.engine.storage, settings, time.time(),
                                                     found.caches.detached)
                 self._workers[key] = found
-                # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/shutdown.py)
+                # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/run/shutdown.py)
                 found.engine.caches.shutdown.install(asyncio.get_running_loop())
         return found

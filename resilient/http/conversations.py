@@ -1,7 +1,7 @@
 """The Conversations API over HTTP: bodies and queries in, OpenAI's objects and errors out.
 
 Only translation: the rules (does it exist, is it deleted, does the item belong to it, what may be
-deleted) are :mod:`resilient.engine.conversations` and :mod:`resilient.engine.conversation_items`.
+deleted) are :mod:`resilient.engine.chain.conversations` and :mod:`resilient.engine.chain.conversation_items`.
 Unknown, malformed, hostile and deleted ids are 404 (``Conversation with id '…' not found.``), like a
 response's.
 """
@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine import conversation_items as items
-from resilient.engine import conversations
-from resilient.engine.conversation_items import ItemMissing
-from resilient.engine.conversations import ConversationMissing
+from resilient.engine.chain import conversation_items as items
+from resilient.engine.chain import conversations
+from resilient.engine.chain.conversation_items import ItemMissing
+from resilient.engine.chain.conversations import ConversationMissing
 from resilient.http.results import HttpResult, translated
 from resilient.ids import is_safe_id
 from resilient.protocol import errors

@@ -15,12 +15,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from resilient.engine import lifecycle, unstored
-from resilient.engine import orchestration_terms as terms
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.logtail import log_ended
-from resilient.engine.repair import DurableControl, Repairer
-from resilient.engine.snapshot import response_object
+from resilient.engine.chain import lifecycle
+from resilient.engine.chain.snapshot import response_object
+from resilient.engine.heal import unstored
+from resilient.engine.heal.repair import DurableControl, Repairer
+from resilient.engine.orchestration import terms as terms
+from resilient.engine.run.logtail import log_ended
+from resilient.engine.worker_state import WorkerState
 from resilient.http.results import HttpResult, translated
 from resilient.http.streaming import WAITED_FOR, tail_events
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
@@ -40,7 +41,7 @@ MAX_SEQUENCE_NUMBER = 2**53  # the largest integer every JSON client reads exact
 
 class DurableRuntime(DurableControl, Protocol):
     """What the app needs from Durable Functions: start (also over a terminal instance), status and entity
-    signals (for the repair path, :class:`~resilient.engine.repair.DurableControl`), and raising events
+    signals (for the repair path, :class:`~resilient.engine.heal.repair.DurableControl`), and raising events
     (cancel). The endpoints themselves only start and raise events."""
 
     async def raise_event(self, instance_id: str, name: str, data: Any) -> None: ...
@@ -57,12 +58,12 @@ class ResponseReader:
     """The read endpoints and the reading helpers the write endpoints share (one per app, like the service)."""
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
-                 repairer: Repairer | None = None, caches: InstanceCaches | None = None) -> None:
+                 repairer: Repairer | None = None, caches: WorkerState | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
-        self.caches = caches if caches is not None else InstanceCaches.sharing(storage)  # what this process knows
+        self.caches = caches if caches is not None else WorkerState.sharing(storage)  # what this process knows
 
     async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
@@ -106,7 +107,7 @@ class ResponseReader:
 
     def _client_done(self, response_id: str, delivered: bool) -> None:
         """``store=false``: tell the run its client is done with it (it then deletes everything, see
-        ``resilient/engine/unstored.py``); a client that left early also stops the run. Detached: a
+        ``resilient/engine/heal/unstored.py``); a client that left early also stops the run. Detached: a
         stream whose client left is being cancelled and cannot await anything."""
 
         async def report() -> None:

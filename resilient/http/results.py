@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resilient.agents.loader import AgentLoadError
-from resilient.engine.refusals import Contended, Invalid, NotStored, Refused
+from resilient.engine.chain.refusals import Contended, Invalid, NotStored, Refused
 from resilient.protocol import errors
 from resilient.protocol.errors import ApiError
 from resilient.storage.errors import NotFound, StorageUnavailable

@@ -5,7 +5,7 @@ Every handler returns an :class:`HttpResult` (status, headers, JSON body or a by
 in ``resilient/functions/http.py`` turn it into a FastAPI response. The durable side is reached through
 the tiny :class:`DurableRuntime` port, so the same logic runs under ``func start``, the host double and
 unit tests. The rules themselves (a turn's place on its chain, cancel, delete) are the engine's
-(:mod:`resilient.engine.turns`, :mod:`resilient.engine.lifecycle`); this layer translates requests and
+(:mod:`resilient.engine.chain.turns`, :mod:`resilient.engine.chain.lifecycle`); this layer translates requests and
 their answers.
 
 Ordering rules that make crashes harmless:
@@ -13,7 +13,7 @@ Ordering rules that make crashes harmless:
   unfinished runs are written together, then the orchestration starts. A crash before the start leaves a
   ``queued`` row without an orchestration; the client got no 2xx, so it retries and gets a new response
   (ids are never reused), and the repair path starts the orphan after its grace period, so it never stays
-  ``queued`` (see :mod:`resilient.engine.repair`).
+  ``queued`` (see :mod:`resilient.engine.heal.repair`).
 * a read of an unfinished response (``GET``, or a stream that sees no progress) asks the repair path to
   check its orchestration, throttled per response; a run whose orchestration died resumes.
 * streams end cleanly before the host's ``functionTimeout`` (``Settings.stream_limit_seconds``): a timeout
@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine import conversations, lifecycle, references, turns
-from resilient.engine import orchestration_terms as terms
-from resilient.engine.continuation import Continuation, check_continuation
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
-from resilient.engine.repair import Repairer
-from resilient.engine.snapshot import response_object
+from resilient.engine.chain import conversations, lifecycle, references, turns
+from resilient.engine.chain.continuation import Continuation, check_continuation
+from resilient.engine.chain.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
+from resilient.engine.chain.snapshot import response_object
+from resilient.engine.heal.repair import Repairer
+from resilient.engine.orchestration import terms as terms
+from resilient.engine.worker_state import WorkerState
 from resilient.http.reading import (
     SSE_HEADERS,
     STREAM_LIMIT_NOTE,
@@ -82,7 +82,7 @@ class ResponsesService(ResponseReader):
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
                  repairer: Repairer | None = None, on_created: CreatedHook | None = None,
-                 caches: InstanceCaches | None = None) -> None:
+                 caches: WorkerState | None = None) -> None:
         super().__init__(storage, runtime, settings, repairer=repairer, caches=caches)
         self._on_created = on_created  # the engine of this process remembers what it need not read back
 
@@ -224,7 +224,7 @@ class ResponsesService(ResponseReader):
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:
         """Cancel a background response; the answer (and every later read) carries its partial output.
-        The rules (and why a cancel waits for the run to stop) are in :func:`resilient.engine.lifecycle.cancel`;
+        The rules (and why a cancel waits for the run to stop) are in :func:`resilient.engine.chain.lifecycle.cancel`;
         it waits at most ``cancel_settle_seconds``."""
         record = await self._stored(response_id)
 
@@ -244,7 +244,8 @@ class ResponsesService(ResponseReader):
     # ---------------------------------------------------------------- delete
     async def delete(self, response_id: str) -> HttpResult:
         """Delete a finished response. Exactly one of several concurrent DELETEs answers 200; the others,
-        and every later one, answer 404 (as the OpenAI API does); see :func:`resilient.engine.lifecycle.delete`."""
+        and every later one, answer 404 (as the OpenAI API does); see
+        :func:`resilient.engine.chain.lifecycle.delete`."""
         with translated(response_id):
             await lifecycle.delete(self.storage, response_id)
         log.info("deleted", extra={"response_id": response_id})

@@ -7,7 +7,7 @@ agent (``create_params.py``), so stock clients work. ``tools`` accepts function 
 type is a clear 400, since ignoring a tool would change the answer), and ``input`` accepts every input
 item kind of the Responses API (``input_items.py``). Whether a ``call_id``, an ``approval_request_id``
 or an ``item_reference`` names something the input or the chain really has needs storage:
-``resilient/engine/continuation.py`` checks that.
+``resilient/engine/chain/continuation.py`` checks that.
 
 The model is strict (no ``"true"`` → ``True`` coercion) and frozen. Input items, their content parts,
 tools and ``tool_choice`` are pydantic models in discriminated unions on ``type`` (a message may omit
@@ -265,7 +265,7 @@ class CreateResponseRequest(CreateParams):
                     _fail_value(f"input[{i}].id", f"Duplicate item found with id {errors.echo(item.id)}.")
                 seen_ids.add(item.id)
         # Which call_ids a function_call_output may answer (this input's calls, the chain's) and which calls
-        # must be answered is the continuation check's (resilient/engine/continuation.py).
+        # must be answered is the continuation check's (resilient/engine/chain/continuation.py).
         return self
 
     def items(self) -> list[InputItem]:

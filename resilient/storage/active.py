@@ -1,6 +1,6 @@
 """The index of unfinished responses: :class:`TableActiveIndex` implements ``ActiveIndex``.
 
-Why an index: the repair path (:mod:`resilient.engine.repair`) must find responses whose orchestration
+Why an index: the repair path (:mod:`resilient.engine.heal.repair`) must find responses whose orchestration
 died while their row still says ``queued``/``in_progress``. The response rows are one partition each, so a
 filter on ``status`` is a scan of every row kept for retention (days of finished responses), every minute.
 This table holds one small row per *unfinished* response instead: written when the response is created

@@ -42,7 +42,7 @@ CreatedLocations = set[tuple[str, str]]
 class Storage:
     """The stores the engine and the HTTP layer program against, plus the clients they share (or, for the
     in-memory stores, the :class:`MemoryBackend` they share), and the process-local feed and control board
-    the stores report to (the worker's, see :class:`~resilient.engine.instance.InstanceCaches`)."""
+    the stores report to (the worker's, see :class:`~resilient.engine.worker_state.WorkerState`)."""
 
     responses: ResponseStore
     items: ItemStore

@@ -240,7 +240,7 @@ async def test_a_stored_checkpoint_is_decoded_only_into_allowed_types(tmp_path: 
 
 
 def test_a_workflow_request_is_a_function_call_item_whatever_the_request_offers() -> None:
-    from resilient.engine.phase_items import PhaseItems
+    from resilient.engine.run.phase_items import PhaseItems
     from resilient.ids import new_response_id
 
     # No tools offered, tool_choice none: a workflow may still ask.

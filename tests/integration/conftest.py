@@ -49,7 +49,7 @@ def rebuilt(storage: Storage) -> Storage:
 
 async def new_conversation(storage: Storage) -> str:
     """A conversation as ``POST /conversations`` creates it: a turn's ``conversation`` must name one."""
-    from resilient.engine import conversations
+    from resilient.engine.chain import conversations
 
     return (await conversations.create(storage, {}, [])).conversation_id
 

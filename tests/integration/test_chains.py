@@ -12,8 +12,8 @@ import pytest
 
 from resilient.agents.base import AgentRequest, Phase, PhaseContext
 from resilient.agents.research import ResearchAgent
-from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine
+from resilient.engine.orchestration import orchestrator as orch
 from resilient.http.service import ResponsesService
 from resilient.protocol.errors import ApiError
 from resilient.protocol.items import text_of

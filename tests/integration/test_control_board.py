@@ -11,7 +11,7 @@ import pytest
 
 from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import Engine
-from resilient.engine.batching import Tuning
+from resilient.engine.run.batching import Tuning
 from resilient.http.service import ResponsesService
 from resilient.settings import Settings
 from resilient.storage.factory import Storage

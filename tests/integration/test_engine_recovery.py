@@ -19,7 +19,7 @@ import pytest_asyncio
 from resilient.agents.base import AgentRequest, Phase, PhaseContext
 from resilient.agents.research import BASE_PLAN, ResearchAgent, offline_words
 from resilient.engine.activities import Engine, Tuning
-from resilient.engine.liveness import Liveness
+from resilient.engine.run.liveness import Liveness
 from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from resilient.engine.agent_request import all_input_items
+from resilient.engine.run.agent_request import all_input_items
 from resilient.ids import new_input_item_id, new_message_id, new_response_id
 from resilient.protocol.request import normalize_input_items, parse_create_request
 from resilient.storage.connection import StorageClients

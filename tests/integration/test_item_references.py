@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from resilient.engine.references import find_referenced
+from resilient.engine.chain.references import find_referenced
 from resilient.ids import new_function_call_id, new_input_item_id, new_message_id, new_response_id
 from resilient.storage.factory import Storage
 

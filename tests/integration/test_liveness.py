@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from resilient.engine.liveness import Liveness, behind_live_writer
+from resilient.engine.run.liveness import Liveness, behind_live_writer
 from resilient.protocol.items import output_message
 from resilient.storage.factory import Storage
 from resilient.storage.ports import EventWriter

@@ -3,7 +3,7 @@
 The real orchestrator runs over the real activities (:class:`tests.durable_standin.Durable`) on real
 Azurite. The offline agent at ``delta_delay_ms=0`` yields every word without waiting: the phase asks for
 each output in a task started eagerly, so such an output is taken at once; after
-:data:`~resilient.engine.pump.EAGER_OUTPUTS_BEFORE_A_YIELD` of them in a row the phase yields once,
+:data:`~resilient.engine.run.pump.EAGER_OUTPUTS_BEFORE_A_YIELD` of them in a row the phase yields once,
 so the process's other tasks (appends, readers, requests) still run during a phase of any length.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from resilient.agents.base import PhaseContext, PhaseOutput
 from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import Engine, Tuning
-from resilient.engine.pump import EAGER_OUTPUTS_BEFORE_A_YIELD
+from resilient.engine.run.pump import EAGER_OUTPUTS_BEFORE_A_YIELD
 from resilient.http.service import ResponsesService
 from resilient.protocol.items import text_of
 from resilient.settings import Settings

@@ -3,7 +3,7 @@
 The Durable side is :class:`tests.durable_standin.Durable`: it runs the REAL orchestrator over the REAL
 activities and can "kill" an orchestration the way the real host leaves one: Failed (an orchestrator episode
 was in flight when the worker died), Terminated, or missing. Responses are created through the real
-``ResponsesService``; the repairer under test is the real :class:`~resilient.engine.repair.Repairer`.
+``ResponsesService``; the repairer under test is the real :class:`~resilient.engine.heal.repair.Repairer`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from resilient.agents.research import ResearchAgent
-from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine, Tuning
-from resilient.engine.repair import Repairer, RepairPolicy, Throttle, Verdict
+from resilient.engine.heal.repair import Repairer, RepairPolicy, Throttle, Verdict
+from resilient.engine.orchestration import orchestrator as orch
 from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of

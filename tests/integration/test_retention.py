@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from resilient.engine.retention import MIN_RETENTION_MINUTES, purge_expired
+from resilient.engine.heal.retention import MIN_RETENTION_MINUTES, purge_expired
 from resilient.storage.errors import NotFound
 from resilient.storage.factory import Storage
 from resilient.storage.ports import ACTIVE_STATUSES

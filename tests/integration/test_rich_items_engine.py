@@ -17,7 +17,7 @@ import pytest
 
 from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import Engine
-from resilient.engine.agent_request import agent_request
+from resilient.engine.run.agent_request import agent_request
 from resilient.http.service import ResponsesService
 from resilient.protocol.items import text_of
 from resilient.settings import Settings

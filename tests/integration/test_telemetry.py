@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from resilient.agents.base import PhaseContext
 from resilient.agents.research import ResearchAgent
-from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine, Tuning
-from resilient.engine.repair import Repairer, RepairPolicy, Throttle
+from resilient.engine.heal.repair import Repairer, RepairPolicy, Throttle
+from resilient.engine.orchestration import orchestrator as orch
 from resilient.http.service import ResponsesService
 from resilient.http.traced import traced
 from resilient.settings import Settings

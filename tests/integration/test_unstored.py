@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from resilient.engine import unstored
+from resilient.engine.heal import unstored
 from resilient.http.service import HttpResult, ResponsesService, guarded
 from resilient.ids import new_response_id
 from resilient.settings import Settings
@@ -204,7 +204,7 @@ async def test_a_repaired_store_false_run_still_deletes_itself(storage: Storage,
     the request that could report its client gone died with the worker (grace timer, scaled here)."""
     from resilient.agents.research import ResearchAgent
     from resilient.engine.activities import Engine, Tuning
-    from resilient.engine.repair import Repairer, RepairPolicy, Throttle
+    from resilient.engine.heal.repair import Repairer, RepairPolicy, Throttle
     from tests.durable_standin import Durable
 
     tuned = dataclasses.replace(settings, agent_delta_delay_ms=15)

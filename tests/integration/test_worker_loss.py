@@ -20,9 +20,9 @@ import pytest
 import pytest_asyncio
 
 from resilient.agents.research import ResearchAgent
-from resilient.engine import orchestrator as orch
 from resilient.engine.activities import Engine, Tuning
-from resilient.engine.liveness import Liveness
+from resilient.engine.orchestration import orchestrator as orch
+from resilient.engine.run.liveness import Liveness
 from resilient.http.service import STREAM_LIMIT_NOTE, ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of

@@ -1,7 +1,7 @@
 """Races at the service + engine level, on real Azurite, 100 repetitions each (R5, S1-S4, delete).
 
 Nothing here mocks storage or the orchestration logic. :class:`Durable` plays the Durable runtime: it runs
-the REAL orchestrator generator (``resilient.engine.orchestrator.response_orchestrator``) step by step,
+the REAL orchestrator generator (``resilient.engine.orchestration.orchestrator.response_orchestrator``) step by step,
 executes its activities with the real :class:`Engine`, answers its ``chain_lock`` entity calls with the
 entity's own pure state machine (``chainlock.apply``, one operation at a time like a Durable entity), and
 buffers external events (``cancel``, ``lock_granted``) the way Durable does for an instance that is not
@@ -41,8 +41,8 @@ from typing import Any
 import pytest
 
 from resilient.agents.research import ResearchAgent
-from resilient.engine import conversations
 from resilient.engine.activities import Engine, Tuning
+from resilient.engine.chain import conversations
 from resilient.http.service import HttpResult, ResponsesService
 from resilient.protocol.errors import ApiError
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event

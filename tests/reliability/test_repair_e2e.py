@@ -28,7 +28,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from resilient.engine import orchestrator as orch
+from resilient.engine.orchestration import orchestrator as orch
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import (
     FREE_LOCK,

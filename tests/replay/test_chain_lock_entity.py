@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from resilient.engine import chainlock
+from resilient.engine.chain import chainlock
 from tests.replay.vocabulary import Lock, chain_lock_entity
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from resilient.engine import orchestrator as orch
-from resilient.engine import steps
+from resilient.engine.orchestration import orchestrator as orch
+from resilient.engine.run import steps
 from tests.replay.harness import History
 from tests.replay.vocabulary import Orchestration, calls_of
 
@@ -67,7 +67,7 @@ def test_a_step_in_flight_when_the_worker_died_is_the_only_one_repeated(handle: 
     run.started()
     run.phase(0).completed(phases=2, open=True, items=1)
     run.episode()
-    # what the real host records when the worker dies under an activity (see resilient/engine/failures.py)
+    # what the real host records when the worker dies under an activity (see resilient/engine/orchestration/failures.py)
     run.phase(1).crashed(reason="Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python "
                          "exited with code 137 (0x89)", details="")
     assert run.drive(agent([1, 1])).is_done

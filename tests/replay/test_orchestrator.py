@@ -7,7 +7,7 @@ from typing import Any
 
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from resilient.engine import orchestrator as orch
+from resilient.engine.orchestration import orchestrator as orch
 from tests.replay.harness import Replay
 from tests.replay.vocabulary import Orchestration, activity, happy, names
 

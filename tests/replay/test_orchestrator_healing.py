@@ -1,9 +1,10 @@
 """Replay tests for the orchestrator's healing branches, through the REAL azure-functions-durable SDK.
 
-What the real Functions host does (see resilient/engine/failures.py): an activity whose worker process died
-is recorded as TaskFailed ("... python exited with code 137 (0x89)", WorkerProcessExitException), never
-re-delivered; a functionTimeout is TaskFailed too; an orchestrator episode in flight marks the orchestration
-Failed, and the repair path starts a new execution (input ``repair: n``). Each test scripts those histories.
+What the real Functions host does (see resilient/engine/orchestration/failures.py): an activity whose
+worker process died is recorded as TaskFailed ("... python exited with code 137 (0x89)",
+WorkerProcessExitException), never re-delivered; a functionTimeout is TaskFailed too; an orchestrator
+episode in flight marks the orchestration Failed, and the repair path starts a new execution (input
+``repair: n``). Each test scripts those histories.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from resilient.engine import orchestrator as orch
+from resilient.engine.orchestration import orchestrator as orch
 from tests.replay.vocabulary import (  # Script and WORKER_EXIT: tests/unit import them from here too
     NOT_READY,
     TIMEOUT,

@@ -10,7 +10,7 @@ import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType as History
 
-from resilient.engine import orchestrator as orch
+from resilient.engine.orchestration import orchestrator as orch
 from tests.replay.harness import Replay
 from tests.replay.vocabulary import Orchestration, activity, names
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from resilient.engine import orchestrator as orch
+from resilient.engine.orchestration import orchestrator as orch
 from tests.replay.harness import Replay, drive, orchestrator_handle
 
 RID = "resp_tracetest"
@@ -73,7 +73,7 @@ def test_an_untraced_run_schedules_no_trace_key(handle: Any) -> None:
 
 
 def test_the_orchestrator_and_telemetry_name_the_same_key() -> None:
-    from resilient.engine import orchestrator
+    from resilient.engine.orchestration import orchestrator
     from resilient.telemetry import spans
 
     assert orchestrator.TRACE_PARENT_KEY == spans.TRACE_PARENT_KEY

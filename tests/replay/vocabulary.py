@@ -27,11 +27,11 @@ from typing import Any
 
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from resilient.engine import orchestrator as orch
+from resilient.engine.orchestration import orchestrator as orch
 from tests.replay.harness import Episode, History, Replay, drive, orchestrator_handle
 
 # What the real Functions host records when an activity's worker process dies, times out or was not ready
-# (see resilient/engine/failures.py): a TaskFailed with one of these reasons, never a re-delivery.
+# (see resilient/engine/orchestration/failures.py): a TaskFailed with one of these reasons, never a re-delivery.
 WORKER_EXIT = "Activity function '{name}' failed: python exited with code 137 (0x89)"
 WORKER_EXIT_DETAILS = "Microsoft.Azure.WebJobs.Script.Workers.WorkerProcessExitException: python exited"
 TIMEOUT = "Timeout value of 00:30:00 was exceeded by function: Functions.{name}"

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 
 from resilient.agents.base import AgentRequest, PhaseContext
 from resilient.agents.research import BASE_PLAN, ResearchAgent, attachments
-from resilient.engine.agent_request import request_from
+from resilient.engine.run.agent_request import request_from
 from resilient.settings import Settings
 from resilient.storage.ports import ResponseRecord
 from tests import itemshapes as shapes

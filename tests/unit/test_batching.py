@@ -9,7 +9,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from resilient.engine.batching import MAX_LOAD_FACTOR, Appender, Tuning
+from resilient.engine.run.batching import MAX_LOAD_FACTOR, Appender, Tuning
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import JsonDict
 

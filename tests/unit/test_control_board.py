@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from resilient.agents.base import PhaseContext
-from resilient.engine.batching import ControlPoller
+from resilient.engine.run.batching import ControlPoller
 from resilient.storage.controls import ControlBoard
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import Control
@@ -154,7 +154,7 @@ async def test_a_late_read_does_not_undo_a_newer_snapshot() -> None:
 def test_the_control_interval_is_a_bounded_setting() -> None:
     import pytest
 
-    from resilient.engine.batching import Tuning
+    from resilient.engine.run.batching import Tuning
     from resilient.settings import Settings
 
     assert Tuning.from_settings(Settings.from_env({})).control_interval_s == 1.0

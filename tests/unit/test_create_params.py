@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
-from resilient.engine.snapshot import response_object
+from resilient.engine.chain.snapshot import response_object
 from resilient.protocol.create_params import CreateParams
 from resilient.protocol.errors import ApiError
 from resilient.protocol.request import CreateResponseRequest, parse_create_request

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from resilient.agents.base import NextStep, SaveState, ToolRun
-from resilient.engine.phase_items import MAX_STATE_BYTES, AgentOutputError, PhaseItems
+from resilient.engine.run.phase_items import MAX_STATE_BYTES, AgentOutputError, PhaseItems
 from resilient.protocol.items import validate_output_item
 
 RID = "resp_" + "ab" * 24

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from resilient.agents.base import ApprovalRequest, FunctionCall, FunctionCallDelta, Usage
-from resilient.engine.phase_items import AgentOutputError, PhaseItems
+from resilient.engine.run.phase_items import AgentOutputError, PhaseItems
 from resilient.protocol import events as ev
 from resilient.protocol.errors import ApiError
 from resilient.protocol.items import validate_output_item, validate_stored_item

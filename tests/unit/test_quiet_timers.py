@@ -10,8 +10,8 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from resilient.engine import resume_notice
-from resilient.engine.repair import Verdict
+from resilient.engine.heal import resume_notice
+from resilient.engine.heal.repair import Verdict
 from resilient.functions import maintenance
 from resilient.storage.ports import ActiveEntry
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from resilient.engine import shutdown as sd
-from resilient.engine.shutdown import Shutdown
+from resilient.engine.run import shutdown as sd
+from resilient.engine.run.shutdown import Shutdown
 
 
 async def test_the_end_waits_for_running_phases_then_comes_soon_after_the_last() -> None:

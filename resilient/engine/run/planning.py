@@ -11,13 +11,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from resilient.agents.base import Agent, Phase
-from resilient.engine.agent_request import agent_request
-from resilient.engine.conclude import ESTIMATED_USAGE_KEY
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.logtail import append_at_end
-from resilient.engine.runmemo import RunMemo
-from resilient.engine.snapshot import response_object
-from resilient.engine.steps import OPEN_PLAN_KEY
+from resilient.engine.chain.snapshot import response_object
+from resilient.engine.run.agent_request import agent_request
+from resilient.engine.run.conclude import ESTIMATED_USAGE_KEY
+from resilient.engine.run.logtail import append_at_end
+from resilient.engine.run.runmemo import RunMemo
+from resilient.engine.run.steps import OPEN_PLAN_KEY
+from resilient.engine.worker_state import WorkerState
 from resilient.protocol import events as ev
 from resilient.storage.errors import InvalidTransition
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
@@ -32,7 +32,7 @@ MAX_PHASES = 50
 SettleCancel = Callable[[str], Awaitable[None]]
 
 
-async def plan(storage: Storage, agent: Agent, caches: InstanceCaches, response_id: str,
+async def plan(storage: Storage, agent: Agent, caches: WorkerState, response_id: str,
                settle_cancel: SettleCancel) -> JsonDict:
     """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
     responses = storage.responses

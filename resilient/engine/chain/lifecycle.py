@@ -15,10 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from resilient.engine import turns, unstored
-from resilient.engine.logtail import log_ended
-from resilient.engine.refusals import Contended, Invalid, NotStored, Refused
-from resilient.engine.snapshot import response_object
+from resilient.engine.chain import turns
+from resilient.engine.chain.refusals import Contended, Invalid, NotStored, Refused
+from resilient.engine.chain.snapshot import response_object
+from resilient.engine.heal import unstored
+from resilient.engine.run.logtail import log_ended
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol import events as ev

@@ -28,7 +28,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from resilient.engine.lifecycle import DELETED_MARK
+from resilient.engine.chain.lifecycle import DELETED_MARK
 from resilient.ids import response_of_item
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import JsonDict

@@ -1,10 +1,11 @@
-"""Everything one instance (worker process) keeps in memory about runs, behind one object.
+"""Everything one worker process keeps in memory about runs, behind one object: its caches, and the
+shutdown signal and background tasks it owns.
 
 Each cache is an optimisation that lets this process skip a storage read. None of them is shared with
-other instances, so each may be stale about what another instance did; this is what each may see stale,
-for how long, and why that is still correct:
+other workers (on this host instance or another), so each may be stale about what another did; this is
+what each may see stale, for how long, and why that is still correct:
 
-* ``runs`` (:class:`~resilient.engine.runmemo.RunMemory`): the row, agent request and checkpoints of a
+* ``runs`` (:class:`~resilient.engine.run.runmemo.RunMemory`): the row, agent request and checkpoints of a
   run this process drove. The row's ETag goes stale as soon as anyone else writes the row; that only loses
   a compare-and-swap, which reads again. The memo is trusted only together with the run's kept log writer.
 * ``kept`` (:class:`~resilient.storage.kept.KeptWriters`), the log writers kept between a run's
@@ -20,7 +21,7 @@ for how long, and why that is still correct:
   polls storage for what other instances write, and a remembered log is a true prefix of the stored log
   (any block not seen here forgets it; a row check on every reconnect sees deletions elsewhere), served for
   a bounded time. The "writing here / expected here" marks only pace readers; a wrong one costs latency.
-* ``nudges`` (:class:`~resilient.engine.repair.Throttle`): when a client's read here last made this process
+* ``repair_checks`` (:class:`~resilient.engine.heal.repair.Throttle`): when a client's read here last made this process
   check a response's orchestration. Other instances keep their own, so a run is checked on demand at most
   once per check interval per instance; a check reads storage and Durable and changes nothing when the run
   is alive, so a second check elsewhere costs only its reads.
@@ -33,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from resilient.engine.batching import expect_next_activity, load_factor
-from resilient.engine.repair import Throttle
-from resilient.engine.runmemo import RunMemory
-from resilient.engine.shutdown import Shutdown
-from resilient.engine.unstored import Detached
+from resilient.engine.heal.repair import Throttle
+from resilient.engine.heal.unstored import Detached
+from resilient.engine.run.batching import expect_next_activity, load_factor
+from resilient.engine.run.runmemo import RunMemory
+from resilient.engine.run.shutdown import Shutdown
 from resilient.protocol import events as ev
 from resilient.storage.controls import ControlBoard
 from resilient.storage.feed import CommittedFeed
@@ -49,8 +50,9 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class InstanceCaches:
-    """The process-local caches of one worker (see the module doc for what each may see stale).
+class WorkerState:
+    """What one worker keeps in memory: the caches (see the module doc for what each may see stale), the
+    SIGTERM signal its running steps watch, and the background tasks it started.
 
     Each object owns all of them; nothing is kept at module level. The wiring
     (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and hands it to storage (the
@@ -63,16 +65,16 @@ class InstanceCaches:
     runs: RunMemory = field(default_factory=RunMemory)
     kept: KeptWriters = field(default_factory=KeptWriters)
     shutdown: Shutdown = field(default_factory=Shutdown)  # SIGTERM: running steps stop and run elsewhere
-    nudges: Throttle = field(default_factory=Throttle)  # on-demand repair checks made here
+    repair_checks: Throttle = field(default_factory=Throttle)  # on-demand repair checks made here
     detached: Detached = field(default_factory=Detached)  # background work started here, kept referenced
 
     @classmethod
-    def sharing(cls, storage: Storage) -> InstanceCaches:
+    def sharing(cls, storage: Storage) -> WorkerState:
         """Caches over the feed and the control board ``storage`` reports to (the rest new)."""
         return cls(feed=storage.feed, controls=storage.controls)
 
     def load_factor(self) -> float:
-        """How much time-based paces stretch in this process (see :func:`resilient.engine.batching.load_factor`)."""
+        """How much time-based paces stretch in this process (see :func:`resilient.engine.run.batching.load_factor`)."""
         return load_factor(self.feed)
 
     def expect_next_activity(self, response_id: str) -> None:

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from resilient.agents.base import AgentError, PhaseContext, PhaseOutput, SaveProgress
-from resilient.engine.batching import Appender, ControlPoller, Tuning
-from resilient.engine.claim import Claim
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.phase_items import AgentOutputError, PhaseItems
+from resilient.engine.run.batching import Appender, ControlPoller, Tuning
+from resilient.engine.run.claim import Claim
+from resilient.engine.run.phase_items import AgentOutputError, PhaseItems
+from resilient.engine.worker_state import WorkerState
 from resilient.storage.ports import ResponseStore
 
 log = logging.getLogger("resilient.engine")
@@ -29,12 +29,12 @@ _start_eagerly = asyncio.create_eager_task_factory(asyncio.Task)
 
 
 async def stream(
-    responses: ResponseStore, tuning: Tuning, caches: InstanceCaches, response_id: str, claim: Claim,
+    responses: ResponseStore, tuning: Tuning, caches: WorkerState, response_id: str, claim: Claim,
     context: PhaseContext, items: PhaseItems, source: AsyncIterator[PhaseOutput], deadline: float | None = None,
     keep: Callable[[Any], Awaitable[None]] | None = None,
 ) -> tuple[bool, Exception | None, bool, Appender]:
     """Pump the agent's outputs into the log: the first output claims the log at once, the rest go
-    through group-committed appends (:mod:`resilient.engine.batching`); the control flags are
+    through group-committed appends (:mod:`resilient.engine.run.batching`); the control flags are
     refreshed in the background.
 
     ``keep`` writes a :class:`SaveProgress` durably; the agent's next output is asked for only after it.

@@ -82,7 +82,7 @@ class Detached:
     Used where the caller cannot await: a stream whose client went away is being cancelled, and an
     activity cannot purge the orchestration that is waiting for it. Each task is kept referenced until
     it finishes (the event loop keeps only weak references) and its failure is logged; what it does must
-    be repeatable by a later, durable path. One per worker (:class:`~resilient.engine.instance.InstanceCaches`)."""
+    be repeatable by a later, durable path. One per worker (:class:`~resilient.engine.worker_state.WorkerState`)."""
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from resilient.engine.refusals import Contended, Refused
+from resilient.engine.chain.refusals import Contended, Refused
 from resilient.protocol import errors
 from resilient.storage.cas import CHAIN_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import NotFound

@@ -95,7 +95,7 @@ def input_state(doc: JsonDict, index: int) -> Any:
     """The state step ``index`` starts from, read from the row: what the newest step before it saved; or,
     when step ``index`` itself saved its state but its checkpoint never came (the worker died between
     the two writes), the state that step had started from."""
-    from resilient.engine.agent_request import STATE_KEY
+    from resilient.engine.run.agent_request import STATE_KEY
 
     saved_by = doc.get(STATE_STEP_KEY)
     if saved_by is not None and int(saved_by) >= index:

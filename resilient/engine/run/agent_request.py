@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import AgentRequest
-from resilient.engine import conversation_items
-from resilient.engine.references import is_reference, resolve_references, stored_input_items
+from resilient.engine.chain import conversation_items
+from resilient.engine.chain.references import is_reference, resolve_references, stored_input_items
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import JsonDict, ResponseRecord
 

@@ -3,7 +3,7 @@ deleting it with everything it holds.
 
 A conversation *is* the chain the service keeps for its turns (named by the conversation id): its items
 are its turns' input and output items plus the batches added through the API
-(:mod:`resilient.engine.conversation_items`). Its own row only says that it exists, its metadata, and how
+(:mod:`resilient.engine.chain.conversation_items`). Its own row only says that it exists, its metadata, and how
 many batches were added. Deletion is decided by one compare-and-swap that marks the row deleted (404 from
 then on, for reads and for ``conversation`` on a new turn); then its turns' responses (as a response
 DELETE removes them), its batches, its chain row and finally its own row are removed. A deletion that died
@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from resilient.engine import lifecycle, turns
-from resilient.engine.conversation_items import add_items, segment_id, turn_ids
-from resilient.engine.refusals import Contended, NotStored, Refused
+from resilient.engine.chain import lifecycle, turns
+from resilient.engine.chain.conversation_items import add_items, segment_id, turn_ids
+from resilient.engine.chain.refusals import Contended, NotStored, Refused
 from resilient.ids import CONVERSATION_PREFIX, InvalidId, new_conversation_id, validate_id
 from resilient.protocol import errors
 from resilient.storage.cas import retry_cas

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from resilient.engine import steps
+from resilient.engine.run import steps
 from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import PreconditionFailed
 from resilient.storage.ports import ResponseRecord

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from resilient.engine import recovery
-from resilient.engine.liveness import Liveness, behind_live_writer
-from resilient.engine.phase_items import PhaseItems
-from resilient.engine.snapshot import response_object
+from resilient.engine.chain.snapshot import response_object
+from resilient.engine.run import recovery
+from resilient.engine.run.liveness import Liveness, behind_live_writer
+from resilient.engine.run.phase_items import PhaseItems
 from resilient.protocol import events as ev
 from resilient.storage.cas import LOG_END_ATTEMPTS
 from resilient.storage.errors import LostOwnership

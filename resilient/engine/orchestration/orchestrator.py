@@ -5,8 +5,8 @@ random ids: everything that touches the world is an activity, so a replay takes 
 
 What goes into history is small on purpose (ids, indexes, status words): items and events live in
 storage, never in orchestration history. Those words (activity, entity and event names, input and result
-keys) are in :mod:`resilient.engine.orchestration_terms`; a chained turn's wait for its chain's lock is in
-:mod:`resilient.engine.turnqueue`; this module is the run's control flow and its failure policy.
+keys) are in :mod:`resilient.engine.orchestration.terms`; a chained turn's wait for its chain's lock is in
+:mod:`resilient.engine.orchestration.turnqueue`; this module is the run's control flow and its failure policy.
 
 Flow::
 
@@ -22,7 +22,7 @@ replay-tested and identical on every host, and it can tell two kinds of failure 
 
 * An activity that *raised* gets a few attempts after short durable timers (2 s, 4 s, …).
 * An activity whose *worker died* (the real host records it as ``TaskFailed``, it never re-delivers it; see
-  :mod:`resilient.engine.failures`) is retried after a timer that covers the worker's restart, under a
+  :mod:`resilient.engine.orchestration.failures`) is retried after a timer that covers the worker's restart, under a
   separate crash budget per step and per run. A run that keeps killing its worker ends ``failed``.
 
 Every step is failure-safe: whatever fails, the run ends with one terminal status and the chain lock is
@@ -41,7 +41,7 @@ wait for grant bounded by a timer: re-``acquire`` (idempotent, so a lost ``lock_
 run_phase      the run is finalized ``failed`` (the first one plans, the last one concludes the run
                when it ends without a stop: a step fewer each; see :meth:`_Run.work`)
 finalize       the lock is still released; the orchestration ends with ``status: unfinalized`` and the
-               repair path (:mod:`resilient.engine.repair`) restarts it because the row is still active
+               repair path (:mod:`resilient.engine.heal.repair`) restarts it because the row is still active
 release/remove ignored: the next turn's holder inspection frees the lock
 wake_next_turn ignored: the woken turn's recheck timer finds the lock granted to it
 ============== ====================================================================================
@@ -64,8 +64,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from resilient.engine.failures import is_worker_lost, reason_line
-from resilient.engine.orchestration_terms import (
+from resilient.engine.orchestration.failures import is_worker_lost, reason_line
+from resilient.engine.orchestration.terms import (
     CHAIN_LOCK_ENTITY,
     CLIENT_DONE_EVENT,
     FINAL_KEY,
@@ -84,7 +84,7 @@ from resilient.engine.orchestration_terms import (
     JsonDict,
     outcome_of_stop,
 )
-from resilient.engine.turnqueue import take_lock
+from resilient.engine.orchestration.turnqueue import take_lock
 
 # Orchestration versioning (host.json ``defaultVersion``, ``versionMatchStrategy: CurrentOrOlder``): the host
 # stamps new instances with this version, and a worker runs only instances of its version or older. So in a
@@ -283,7 +283,7 @@ def response_orchestrator(context: Any) -> Generator[Any, Any, JsonDict]:
     Input: ``{"response_id": str, "chain_id": str | None, "owns_lock": bool?, "nothing_ahead": bool?,
     "repair": int?, "forget_after_seconds": int?, "traceparent": str?}``;
     ``repair`` marks an execution started by the repair path over a Failed/Terminated/missing one (see
-    :mod:`resilient.engine.repair`); ``forget_after_seconds`` marks a ``store=false`` run, which ends, however
+    :mod:`resilient.engine.heal.repair`); ``forget_after_seconds`` marks a ``store=false`` run, which ends, however
     it ended, by deleting everything once its client is done with it (:func:`_forget`).
     """
     args = context.get_input() or {}
@@ -301,7 +301,7 @@ def _forget(run: _Run, grace_seconds: int) -> Generator[Any, Any, None]:
     """``store=false``: delete everything once the client is done with the response (``client_done``,
     raised by the HTTP request that delivered it or lost its client), or ``grace_seconds`` after the run
     ended when that request is gone too (its worker died). A delete that keeps failing is left to the
-    maintenance sweep. See :mod:`resilient.engine.unstored`."""
+    maintenance sweep. See :mod:`resilient.engine.heal.unstored`."""
     done = run.context.wait_for_external_event(CLIENT_DONE_EVENT)
     grace = run.timer(grace_seconds)
     winner = yield run.context.task_any([done, grace])

@@ -55,8 +55,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from resilient.engine.logtail import log_ended
-from resilient.engine.orchestration_terms import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
+from resilient.engine.orchestration.terms import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
+from resilient.engine.run.logtail import log_ended
 from resilient.storage.errors import NotFound, PreconditionFailed
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics
@@ -143,7 +143,7 @@ class Repairer:
         self.finalize = finalize
         self.policy = policy or RepairPolicy()
         self.clock = clock
-        self.throttle = throttle  # the worker's (InstanceCaches.nudges): one check per interval per process
+        self.throttle = throttle  # the worker's (WorkerState.repair_checks): one check per interval per process
 
     # ----------------------------------------------------------------------------------- entry points
     async def nudge(self, response_id: str) -> Verdict | None:

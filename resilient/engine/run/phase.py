@@ -17,18 +17,18 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.agents.base import Agent, Approval, Phase, PhaseContext, PhaseOutput, TransientAgentError
-from resilient.engine import recovery, steps
-from resilient.engine.agent_request import STATE_KEY, agent_request
-from resilient.engine.batching import Appender, Tuning
-from resilient.engine.claim import Claim, Superseded, head
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.liveness import Liveness, behind_live_writer
-from resilient.engine.phase_items import AgentOutputError, PhaseItems
-from resilient.engine.progress import ProgressWriter
-from resilient.engine.pump import stream
-from resilient.engine.runmemo import RunMemo, RunMemory
-from resilient.engine.shutdown import WorkerShuttingDown
-from resilient.engine.turns import STEERING_KEY
+from resilient.engine.chain.turns import STEERING_KEY
+from resilient.engine.run import recovery, steps
+from resilient.engine.run.agent_request import STATE_KEY, agent_request
+from resilient.engine.run.batching import Appender, Tuning
+from resilient.engine.run.claim import Claim, Superseded, head
+from resilient.engine.run.liveness import Liveness, behind_live_writer
+from resilient.engine.run.phase_items import AgentOutputError, PhaseItems
+from resilient.engine.run.progress import ProgressWriter
+from resilient.engine.run.pump import stream
+from resilient.engine.run.runmemo import RunMemo, RunMemory
+from resilient.engine.run.shutdown import WorkerShuttingDown
+from resilient.engine.worker_state import WorkerState
 from resilient.protocol.items import ItemStatus, text_of
 from resilient.settings import Settings
 from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
@@ -66,7 +66,7 @@ class PhaseParts(Protocol):
     tuning: Tuning
     liveness: Liveness
     runs: RunMemory
-    caches: InstanceCaches
+    caches: WorkerState
 
 
 async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline: float | None = None,

@@ -8,7 +8,7 @@ input. Every call must be answered, those of the input and those the previous tu
 OpenAI API requires: a model cannot go on with a call left open). An ``mcp_approval_response`` must answer
 the approval request the previous turn paused on; the answer decides how the paused plan continues
 (``resume`` in the new turn's row). An ``item_reference`` must name an item the turn may reach
-(``resilient/engine/references.py``: its chain's, or on a turn without a chain any stored response's); a
+(``resilient/engine/chain/references.py``: its chain's, or on a turn without a chain any stored response's); a
 referenced ``function_call`` issues its ``call_id`` as one of the input would, and on a turn without a chain,
 whose history is its input, it must be answered there too.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import output_text
-from resilient.engine.references import find_referenced
-from resilient.engine.refusals import Invalid
+from resilient.engine.chain.references import find_referenced
+from resilient.engine.chain.refusals import Invalid
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
 from resilient.typed_answers import answer_problem

@@ -4,7 +4,7 @@ These are the words that go into Durable history (activity, entity and event nam
 orchestration's input and of its activities' results, and what those results mean for the run (a phase's
 ``stop`` word, an inspection's status). Plain data, no SDK and no I/O: the HTTP layer and the repair path
 start orchestrations and raise their events with these names without importing the orchestrator itself
-(:mod:`resilient.engine.orchestrator`, the control flow over them).
+(:mod:`resilient.engine.orchestration.orchestrator`, the control flow over them).
 
 Every value here is recorded in the histories of running orchestrations: renaming one is a change that
 older histories cannot replay (see ``ORCHESTRATION_VERSION``).

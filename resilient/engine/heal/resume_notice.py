@@ -3,7 +3,7 @@
 Why: after a restart (``scripts/run.sh`` again, a deployment, a crash) an operator sees responses stuck at
 ``in_progress`` and wonders whether anything will pick them up. Nothing needs doing: orchestrations that
 are still alive continue as soon as the host takes their queues, and the repair sweep
-(:mod:`resilient.engine.repair`, every minute at second 30) restarts those whose orchestration died once
+(:mod:`resilient.engine.heal.repair`, every minute at second 30) restarts those whose orchestration died once
 they are old enough. This line says so, once per worker process, and only when there is something to say.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from resilient.storage.ports import ActiveEntry
 
 if TYPE_CHECKING:
-    from resilient.engine.unstored import Detached
+    from resilient.engine.heal.unstored import Detached
     from resilient.settings import Settings
     from resilient.storage.factory import Storage
 

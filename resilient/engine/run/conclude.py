@@ -13,10 +13,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from resilient.engine import recovery
-from resilient.engine.instance import InstanceCaches
-from resilient.engine.logtail import append_at_end, log_ended
-from resilient.engine.snapshot import response_object
+from resilient.engine.chain.snapshot import response_object
+from resilient.engine.run import recovery
+from resilient.engine.run.logtail import append_at_end, log_ended
+from resilient.engine.worker_state import WorkerState
 from resilient.protocol import events as ev
 from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens, usage_for
@@ -33,7 +33,7 @@ log = logging.getLogger("resilient.engine")
 ESTIMATED_USAGE_KEY = "usage_estimated"  # in a row's document: the agent has no model to count tokens
 
 
-async def finalize(storage: Storage, caches: InstanceCaches, response_id: str, outcome: JsonDict,
+async def finalize(storage: Storage, caches: WorkerState, response_id: str, outcome: JsonDict,
                    output: Sequence[JsonDict] | None = None) -> JsonDict:
     """Decide the terminal status (CAS) and append the single terminal event (idempotent).
 

@@ -1,12 +1,12 @@
 """A chained turn waiting for its chain's lock: the queued part of the orchestration.
 
 One turn of a chain runs at a time: the one holding the chain's ``chain_lock`` entity
-(:mod:`resilient.engine.chainlock`). A turn that finds the lock held waits in the entity's queue for a
+(:mod:`resilient.engine.chain.chainlock`). A turn that finds the lock held waits in the entity's queue for a
 ``lock_granted`` event or a cancel, and heals what can go wrong meanwhile: a grant whose event was lost
 (``acquire`` is idempotent and answers ``granted`` again), and a holder whose orchestration died after its
 run ended without releasing (inspected, then released on its behalf).
 
-These are steps of the orchestrator (:mod:`resilient.engine.orchestrator`), plain generators over its run
+These are steps of the orchestrator (:mod:`resilient.engine.orchestration.orchestrator`), plain generators over its run
 with no I/O: everything goes through the run's retried entity operations, activities and timers
 (:class:`RunSteps`).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, Protocol
 
-from resilient.engine.orchestration_terms import CANCEL_EVENT, INSPECT, LOCK_GRANTED_EVENT, MARK_QUEUED, JsonDict
+from resilient.engine.orchestration.terms import CANCEL_EVENT, INSPECT, LOCK_GRANTED_EVENT, MARK_QUEUED, JsonDict
 
 
 class RunSteps(Protocol):

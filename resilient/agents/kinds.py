@@ -21,6 +21,11 @@ from typing import Any
 FUNCTIONAL = ("FunctionalWorkflow", "FunctionalWorkflowDefinition", "FunctionalWorkflowAgent")
 
 
+class AgentLoadError(RuntimeError):
+    """``RESILIENT_AGENT`` names something this service cannot run (raised by the loader, and by an adapter
+    that finds the agent it was given cannot be stepped)."""
+
+
 class Kind(enum.Enum):
     WORKFLOW = "workflow"
     WORKFLOW_AGENT = "workflow agent"

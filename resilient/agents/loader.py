@@ -33,15 +33,12 @@ from typing import Any
 
 from resilient.agents import kinds
 from resilient.agents.base import Agent
+from resilient.agents.kinds import AgentLoadError
 from resilient.settings import Settings
 
 log = logging.getLogger("resilient.agents")
 
 SETTING = "RESILIENT_AGENT"
-
-
-class AgentLoadError(RuntimeError):
-    """``RESILIENT_AGENT`` names something this service cannot run."""
 
 
 def configured_agent(settings: Settings) -> Agent:

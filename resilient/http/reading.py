@@ -22,8 +22,9 @@ from resilient.engine.heal.repair import DurableControl, Repairer
 from resilient.engine.orchestration import terms as terms
 from resilient.engine.run.logtail import log_ended
 from resilient.engine.worker_state import WorkerState
+from resilient.http.paces import WAITED_FOR
 from resilient.http.results import HttpResult, translated
-from resilient.http.streaming import WAITED_FOR, tail_events
+from resilient.http.streaming import tail_events
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol.params import parse_bool, parse_int

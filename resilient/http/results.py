@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from resilient.agents.loader import AgentLoadError
+from resilient.agents.kinds import AgentLoadError
 from resilient.engine.chain.refusals import Contended, Invalid, NotStored, Refused
 from resilient.protocol import errors
 from resilient.protocol.errors import ApiError

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from resilient.http.streaming import WAITED_FOR, Paces, tail_events
+from resilient.http.paces import WAITED_FOR, Paces
+from resilient.http.streaming import tail_events
 from resilient.protocol.sse import parse_frame
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.factory import Storage

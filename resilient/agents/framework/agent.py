@@ -86,7 +86,7 @@ class FrameworkAgent:
     open_plan = True
 
     def __init__(self, agent: Any, *, resumable: bool = True) -> None:
-        from resilient.agents.loader import AgentLoadError
+        from resilient.agents.kinds import AgentLoadError
 
         self._factory: Callable[[], Any] | None = None
         if isinstance(agent, type) or (callable(agent) and not callable(getattr(agent, "run", None))):

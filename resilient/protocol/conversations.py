@@ -34,7 +34,14 @@ def _check_items(value: object) -> object:
         _fail_type("items", "an array of input items", value)
     if len(value) > MAX_ITEMS:  # before any item is parsed
         _fail_value("items", f"array too long: expected at most {MAX_ITEMS} items, got {len(value)}.")
-    return INPUT_ITEMS.validate_python(value, strict=True)
+    items = INPUT_ITEMS.validate_python(value, strict=True)
+    seen: set[str] = set()
+    for i, item in enumerate(items):  # the stored id: one per item, as in POST /responses (request.py)
+        if item.id is not None:
+            if item.id in seen:
+                _fail_value(f"items[{i}].id", f"Duplicate item found with id {errors.echo(item.id)}.")
+            seen.add(item.id)
+    return items
 
 
 class CreateConversation(BaseModel):

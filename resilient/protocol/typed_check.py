@@ -89,6 +89,10 @@ def _materialise(value: Any, prefix: str) -> Any:
 
 
 def _first_unknown_key(sent: Any, kept: Any, path: str) -> str | None:
+    if isinstance(kept, list) and not isinstance(sent, list):
+        # An ``Iterable`` field takes any iterable (an object's keys, a string's characters); the JSON the
+        # ``openai`` types stand for is an array.
+        fail_here(errors.CODE_INVALID_TYPE, "Invalid type for", type_tail("an array", sent), path)
     if isinstance(sent, dict) and isinstance(kept, dict):
         for key, value in sent.items():
             if key not in kept:

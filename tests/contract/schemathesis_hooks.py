@@ -5,7 +5,9 @@ for rules docs/openapi.yaml can state only in words (docs/CONTRACT.md, E11). A s
 a validator that wrongly refuses a valid body pass unseen, so this check narrows the allowance to the codes
 of those rules: a 400 to a spec-valid request must carry one of them, or (for ``createResponse``) name a field
 of a hosted tool input item, which the document says is checked against the ``openai`` param type without
-spelling those types out, or refuse an integer sent as ``6.0`` (a difference JSON Schema cannot state).
+spelling those types out (also a conversation's items), refuse an integer sent as ``6.0`` (a difference
+JSON Schema cannot state), or refuse an input item id that an earlier item of the input already has (a
+rule between items). An ``item_reference`` naming no stored item (``item_not_found``) is state-dependent.
 Anything else (``invalid_type``, ``unknown_parameter``, ``invalid_value`` on a field
 the schema describes, ...) is a validator bug.
 """
@@ -29,6 +31,7 @@ OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 STATE_CODES: dict[str, frozenset[str]] = {
     "createResponse": frozenset({
         "previous_response_not_found",  # resilient/http/service.py
+        "item_not_found",  # resilient/engine/continuation.py: an item_reference naming no earlier item
         "tool_call_not_found", "tool_output_required", "approval_request_not_found",
         "duplicate_call_output",  # resilient/http/continuation.py
         "duplicate_tool_name",  # resilient/protocol/request.py: two tools with one name
@@ -43,7 +46,7 @@ CROSS_FIELD: dict[str, frozenset[tuple[str, str]]] = {
 }
 
 
-_INPUT_ITEM = re.compile(r"^input\[(\d+)\]")
+_INPUT_ITEM = re.compile(r"^(input|items)\[(\d+)\]")  # createResponse's input, a conversation's items
 
 
 @cache
@@ -59,10 +62,10 @@ def _in_hosted_item(case: Any, param: str | None) -> bool:
     """``param`` names a field of an input item whose rules the document states in words only."""
     found = _INPUT_ITEM.match(param or "")
     body = case.body if isinstance(case.body, dict) else {}
-    items = body.get("input")
-    if found is None or not isinstance(items, list) or int(found.group(1)) >= len(items):
+    items = body.get(found.group(1)) if found is not None else None
+    if found is None or not isinstance(items, list) or int(found.group(2)) >= len(items):
         return False
-    item = items[int(found.group(1))]
+    item = items[int(found.group(2))]
     return isinstance(item, dict) and item.get("type") in hosted_item_types()
 
 
@@ -89,6 +92,21 @@ def _integral_float(case: Any, code: str | None, param: str | None) -> bool:
     return code == "invalid_type" and isinstance(value, float) and value.is_integer()
 
 
+_ITEM_ID = re.compile(r"^(input|items)\[(\d+)\]\.id$")
+
+
+def _duplicate_item_id(case: Any, code: str | None, param: str | None) -> bool:
+    """An input item whose ``id`` an earlier item of the same input already has: ids are unique in the input
+    (docs/openapi.yaml says so in words; a rule between items that JSON Schema cannot state)."""
+    found = _ITEM_ID.match(param or "")
+    items = case.body.get(found.group(1)) if found is not None and isinstance(case.body, dict) else None
+    if code != "invalid_value" or found is None or not isinstance(items, list) or int(found.group(2)) >= len(items):
+        return False
+    at = int(found.group(2))
+    item_id = items[at].get("id") if isinstance(items[at], dict) else None
+    return item_id is not None and any(isinstance(one, dict) and one.get("id") == item_id for one in items[:at])
+
+
 def _error(response: Any) -> tuple[str | None, str | None]:
     try:
         body = json.loads(response.text or "null")
@@ -110,7 +128,12 @@ def state_dependent_refusal_only(ctx: Any, response: Any, case: Any) -> bool | N
     code, param = _error(response)
     if code in STATE_CODES.get(operation, frozenset()) or (code, param) in CROSS_FIELD.get(operation, frozenset()):
         return None
-    if operation == "createResponse" and (_in_hosted_item(case, param) or _integral_float(case, code, param)):
+    if operation == "createResponse" and (_in_hosted_item(case, param) or _integral_float(case, code, param)
+                                          or _duplicate_item_id(case, code, param)):
+        return None
+    # schemathesis.toml: a conversation's hosted tool items are checked in words, as createResponse's are
+    if operation in {"createConversation", "addConversationItems"} and (
+            _in_hosted_item(case, param) or _duplicate_item_id(case, code, param)):
         return None
     raise AssertionError(
         f"A spec-valid request to {operation} was refused with 400 {code!r} (param {param!r}): only "

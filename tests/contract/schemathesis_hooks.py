@@ -31,9 +31,9 @@ OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 STATE_CODES: dict[str, frozenset[str]] = {
     "createResponse": frozenset({
         "previous_response_not_found",  # resilient/http/service.py
-        "item_not_found",  # resilient/engine/continuation.py: an item_reference naming no earlier item
+        "item_not_found",  # resilient/engine/chain/continuation.py: an item_reference naming no earlier item
         "tool_call_not_found", "tool_output_required", "approval_request_not_found",
-        "duplicate_call_output",  # resilient/http/continuation.py
+        "duplicate_call_output",  # resilient/engine/chain/continuation.py
         "duplicate_tool_name",  # resilient/protocol/request.py: two tools with one name
     }),
     "getResponse": frozenset({"background_required"}),  # stream replay of a foreground response

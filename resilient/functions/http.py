@@ -188,8 +188,18 @@ def _headers(req: Request) -> dict[str, str]:
 
 
 def http_blueprint(process: ProcessRuntime) -> DurableBlueprint:
+    """Every HTTP function of the app, over ``process``'s workers: the Responses and Conversations APIs (with
+    and without ``/v1``), health, the root and the crash hook."""
     check_settings_at_start_up(Settings.from_env)
     bp = DurableBlueprint()
+    _responses_routes(bp, process)
+    _conversation_routes(bp, process)
+    _service_routes(bp, process)
+    return bp
+
+
+def _responses_routes(bp: DurableBlueprint, process: ProcessRuntime) -> None:
+    """``/responses...``: each operation one function with a Durable client (what create and cancel need)."""
 
     @bp.route(route="responses", methods=["POST"])
     @bp.durable_client_input(client_name="client")
@@ -224,6 +234,10 @@ def http_blueprint(process: ProcessRuntime) -> DurableBlueprint:
     async def count_input_tokens(req: Request) -> Response:
         return _unserved("input_tokens", req)
 
+
+def _conversation_routes(bp: DurableBlueprint, process: ProcessRuntime) -> None:
+    """``/conversations...``: functions without a Durable client (the Conversations API never starts a run)."""
+
     @bp.route(route="conversations", methods=["POST"])
     async def create_conversation(req: Request) -> Response:
         return await _conversation(process, "create", req, "", "")
@@ -242,6 +256,10 @@ def http_blueprint(process: ProcessRuntime) -> DurableBlueprint:
     async def conversation_item(req: Request) -> Response:
         operation = "retrieve_item" if req.method.upper() == "GET" else "delete_item"
         return await _conversation(process, operation, req, *_path_ids(req))
+
+
+def _service_routes(bp: DurableBlueprint, process: ProcessRuntime) -> None:
+    """``/v1/...`` (both APIs again, in one function), ``/health``, ``/`` and ``/ops/crash``."""
 
     @bp.route(route="v1/{*path}", methods=["GET", "POST", "DELETE"])
     @bp.durable_client_input(client_name="client")
@@ -285,5 +303,3 @@ def http_blueprint(process: ProcessRuntime) -> DurableBlueprint:
         log.warning("crash endpoint called: exiting the worker process")
         logging.shutdown()
         os._exit(17)
-
-    return bp

@@ -51,7 +51,7 @@ from resilient.protocol.items import text_of
 from resilient.protocol.params import parse_int
 from resilient.settings import Settings
 from resilient.storage.errors import NotFound
-from resilient.storage.ports import ResponseRecord
+from resilient.storage.ports import EventWriter, ResponseRecord
 from resilient.telemetry import spans
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class ResponsesService(ResponseReader):
 
     # ---------------------------------------------------------------- create
     async def create(self, body: bytes) -> HttpResult:
+        """``POST /responses``: validate, place the turn on its chain, write its draft, start its run, answer."""
         if len(body) > MAX_BODY_BYTES:
             raise errors.payload_too_large(MAX_BODY_BYTES)
         # The request models (pydantic, ~40 ms to build) load with the first create, not when a new worker
@@ -98,25 +99,56 @@ class ResponsesService(ResponseReader):
         chain_id, previous = await self._resolve_chain(request)
         continuation = await self._continuation(request, chain_id, previous)
         response_id = new_response_id()
-        turns_ahead: list[str] = []
-        previous_turn: str | None = None
-        if not request.store:
-            # Nothing of a store=false turn may stay behind, so it does not join its chain: it reads the
-            # chain's history as it stands and neither queues, steers nor appears in the chain row.
-            previous_turn = previous
-            if previous_turn is None and chain_id is not None:  # a conversation: after its newest turn
-                previous_turn = (await self.storage.chains.get(chain_id)).latest_response_id
-            chain_id = None
-        elif chain_id is not None:
-            with translated(response_id):
-                turns_ahead, previous_turn = await turns.register_turn(
-                    self.storage, chain_id, response_id, previous, is_conversation=request.conversation is not None,
-                    steerable=self.settings.steerable_conversations)
-        else:
-            chain_id = response_id  # a stored root turn is its own chain: later turns queue behind it
+        chain_id, previous_turn, turns_ahead = await self._place_turn(request, response_id, chain_id, previous)
         items = normalize_input_items(request, lambda: new_message_id(response_id),
                                       lambda kind: new_input_item_id(kind, response_id))
         items = references.in_place(items, continuation.referenced)  # the items they name, stored in place
+        doc = self._draft_doc(request, items, previous, chain_id, previous_turn)
+        if turns_ahead:
+            doc[turns.STEERING_KEY] = True  # queued behind a running turn that it asks to finish early
+        if continuation.resume is not None:
+            doc["resume"] = continuation.resume
+        owns_lock = chain_id == response_id  # a stored root turn: its chain's lock is its own from the start
+        record, writer = await self._write_draft(response_id, doc, items,
+                                                 opens_in_progress=chain_id is None or owns_lock)
+        created = writer.last_committed  # a stream of this create starts from it, not from a storage read
+        if self._on_created is not None:
+            self._on_created(record, items)
+        await self._start_run(response_id, _run_input(response_id, chain_id, doc, owns_lock, turns_ahead))
+        await turns.steer(self.storage, turns_ahead, +1)
+        if not turns_ahead:  # its first activity comes next, probably here; a queued turn waits for its lock
+            self.caches.expect_next_activity(response_id)
+        log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
+                                   "background": request.background, "stream": request.stream})
+        if request.stream:
+            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1, created)),
+                              headers=dict(SSE_HEADERS))
+        if request.background:
+            return HttpResult(200, response_object(record, []))
+        return HttpResult(200, await self._wait_for_terminal(record, created))
+
+    async def _place_turn(self, request: CreateResponseRequest, response_id: str, chain_id: str | None,
+                          previous: str | None) -> tuple[str | None, str | None, list[str]]:
+        """The turn's chain, the turn before it and the turns still running ahead of it (registered on the
+        chain row). A ``store=false`` turn must leave nothing behind, so it does not join its chain: it reads
+        the chain's history as it stands and neither queues, steers nor appears in the chain row. A stored
+        root turn is its own chain: later turns queue behind it."""
+        if not request.store:
+            previous_turn = previous
+            if previous_turn is None and chain_id is not None:  # a conversation: after its newest turn
+                previous_turn = (await self.storage.chains.get(chain_id)).latest_response_id
+            return None, previous_turn, []
+        if chain_id is None:
+            return response_id, None, []
+        with translated(response_id):
+            turns_ahead, previous_turn = await turns.register_turn(
+                self.storage, chain_id, response_id, previous, is_conversation=request.conversation is not None,
+                steerable=self.settings.steerable_conversations)
+        return chain_id, previous_turn, turns_ahead
+
+    def _draft_doc(self, request: CreateResponseRequest, items: list[dict[str, Any]], previous: str | None,
+                   chain_id: str | None, previous_turn: str | None) -> dict[str, Any]:
+        """The response row's document as the create writes it."""
         doc: dict[str, Any] = {
             "created_at": int(time.time()),
             "model": request.model,
@@ -134,21 +166,21 @@ class ResponsesService(ResponseReader):
             "tool_choice": request.tool_choice,
             **request.model_params(),  # by OpenAI name: the agent reads them from here
         }
-        if turns_ahead:
-            doc[turns.STEERING_KEY] = True  # queued behind a running turn that it asks to finish early
-        if continuation.resume is not None:
-            doc["resume"] = continuation.resume
         if not request.store:
             doc[terms.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
-        # Independent writes, issued together: nothing runs the response until the orchestration starts,
-        # so their order does not matter for crashes (a crash here leaves an unstarted, invisible draft).
+        return doc
+
+    async def _write_draft(self, response_id: str, doc: dict[str, Any], items: list[dict[str, Any]], *,
+                           opens_in_progress: bool) -> tuple[ResponseRecord, EventWriter]:
+        """The turn's input items, row, event log and repair-index entry, written together. Independent
+        writes: nothing runs the response until its orchestration starts, so their order does not matter
+        for crashes (a crash here leaves an unstarted, invisible draft). A turn with no lock to wait for (a
+        root turn owns its chain's, ``store=false`` takes none) opens its log with ``response.in_progress``
+        too, and its plan appends nothing (one append fewer per run; a queued turn gets it once its lock is
+        granted)."""
         draft = ResponseRecord(response_id, "queued", doc, etag="")
-        owns_lock = chain_id == response_id  # a stored root turn: its chain's lock is its own from the start
         opening = [ev.response_created(response_object(draft, []))]
-        if chain_id is None or owns_lock:
-            # No lock to wait for (a root turn owns its chain's, store=false takes none): nothing can come
-            # between its create and its run, so the log opens with ``response.in_progress`` too and the
-            # plan appends nothing (one append fewer per run; a queued turn gets it once its lock is granted).
+        if opens_in_progress:
             opening.append(ev.response_in_progress(response_object(draft, [], status="in_progress")))
         _, record, writer, _ = await asyncio.gather(
             self.storage.items.put_input_items(response_id, items),
@@ -156,35 +188,18 @@ class ResponsesService(ResponseReader):
             self.storage.events.create(response_id, opening),
             self.storage.active.add(response_id, doc["created_at"]),  # watched by the repair path until final
         )
-        run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
-        if owns_lock:
-            run_input[terms.OWNS_LOCK_KEY] = True
-        elif chain_id is not None and not turns_ahead:
-            run_input[terms.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
-        if not request.store:  # in the row too: a repaired execution must still delete itself at its end
-            run_input[terms.FORGET_AFTER_KEY] = doc[terms.FORGET_AFTER_KEY]
-        spans.describe_run(run_input, response_id, chain_id)  # the run joins this request's trace, if any
         self.storage.events.keep_writer(writer)  # the run's first activity, if it runs here, appends with it
-        created = writer.last_committed  # a stream of this create starts from it, not from a storage read
-        if self._on_created is not None:
-            self._on_created(record, items)
+        return record, writer
+
+    async def _start_run(self, response_id: str, run_input: dict[str, Any]) -> None:
+        """Start the turn's orchestration; a draft whose run cannot start is failed, and the client gets 503."""
+        spans.describe_run(run_input, response_id, run_input["chain_id"])  # the run joins this request's trace
         try:
             await self.runtime.start(response_id, run_input)
         except Exception:
             log.exception("could not start the orchestration", extra={"response_id": response_id})
             await lifecycle.fail_unstarted(self.storage, response_id)
             raise errors.service_unavailable() from None
-        await turns.steer(self.storage, turns_ahead, +1)
-        if not turns_ahead:  # its first activity comes next, probably here; a queued turn waits for its lock
-            self.caches.expect_next_activity(response_id)
-        log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
-                                   "background": request.background, "stream": request.stream})
-        if request.stream:
-            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1, created)),
-                              headers=dict(SSE_HEADERS))
-        if request.background:
-            return HttpResult(200, response_object(record, []))
-        return HttpResult(200, await self._wait_for_terminal(record, created))
 
     async def _resolve_chain(self, request: CreateResponseRequest) -> tuple[str | None, str | None]:
         """A chain is named by ``conversation`` or by following ``previous_response_id`` to its root."""
@@ -288,3 +303,14 @@ def _safe(value: str) -> bool:
         return False
 
 
+def _run_input(response_id: str, chain_id: str | None, doc: dict[str, Any], owns_lock: bool,
+               turns_ahead: list[str]) -> dict[str, Any]:
+    """The orchestration's input: the response, its chain, and what the run may skip waiting for."""
+    run_input: dict[str, Any] = {"response_id": response_id, "chain_id": chain_id}
+    if owns_lock:
+        run_input[terms.OWNS_LOCK_KEY] = True
+    elif chain_id is not None and not turns_ahead:
+        run_input[terms.NOTHING_AHEAD_KEY] = True  # a holder it meets is a finished turn: inspect it at once
+    if terms.FORGET_AFTER_KEY in doc:  # in the row too: a repaired execution must still delete itself at its end
+        run_input[terms.FORGET_AFTER_KEY] = doc[terms.FORGET_AFTER_KEY]
+    return run_input

@@ -52,7 +52,7 @@ def _copy_app(target: Path) -> Path:
 
 
 def _deploy_new_orchestrator(app: Path) -> None:
-    source = app / "resilient" / "engine" / "orchestrator.py"
+    source = app / "resilient" / "engine" / "orchestration" / "orchestrator.py"
     code = source.read_text()
     assert code.count(STEP_BEFORE) == 1, "the orchestrator changed: update this test's edit"
     source.write_text(code.replace(STEP_BEFORE, NEW_STEP + STEP_BEFORE))

@@ -30,6 +30,17 @@ def fake_model() -> Iterator[FakeModel]:
 
 
 @pytest.fixture()
+def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel]:
+    """A fake model of the test's own, for an agent driven in this process (no host): the agent samples find
+    it and their side-effects file through the environment."""
+    with FakeModel() as fake:
+        fake.responder = ToolLoop()
+        monkeypatch.setenv("FAKE_MODEL_URL", fake.base)
+        monkeypatch.setenv("SIDE_EFFECTS_FILE", str(tmp_path / "effects.jsonl"))
+        yield fake
+
+
+@pytest.fixture()
 def policy(fake_model: FakeModel) -> Iterator[ToolLoop]:
     """The model's policy, reset after each test (tests slow parts of it down)."""
     loop = ToolLoop()

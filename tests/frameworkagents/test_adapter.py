@@ -4,7 +4,6 @@ continues from the state the previous one saved, in a fresh agent object as a ne
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,6 @@ from resilient.agents.loader import AgentLoadError, load_agent, wrap_agent
 from resilient.settings import Settings
 from tests.fakemodel.server import FakeModel
 from tests.frameworkagents import app_agents
-from tests.frameworkagents.model import ToolLoop
-
-
-@pytest.fixture()
-def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel]:
-    with FakeModel() as fake:
-        fake.responder = ToolLoop()
-        monkeypatch.setenv("FAKE_MODEL_URL", fake.base)
-        monkeypatch.setenv("SIDE_EFFECTS_FILE", str(tmp_path / "effects.jsonl"))
-        yield fake
 
 
 def effects(tmp_path: Path) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ one unchecked step)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +15,7 @@ from resilient.agents.framework.agent import FrameworkAgent
 from resilient.agents.loader import AgentLoadError, wrap_agent
 from tests.fakemodel.server import FakeModel
 from tests.frameworkagents import app_agents
-from tests.frameworkagents.model import ToolLoop
 from tests.frameworkagents.test_adapter import context_for, effects, request, run_step
-
-
-@pytest.fixture()
-def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel]:
-    with FakeModel() as fake:
-        fake.responder = ToolLoop()
-        monkeypatch.setenv("FAKE_MODEL_URL", fake.base)
-        monkeypatch.setenv("SIDE_EFFECTS_FILE", str(tmp_path / "effects.jsonl"))
-        yield fake
 
 
 async def two_steps(agent: Any, model: FakeModel) -> tuple[list[Any], list[Any]]:

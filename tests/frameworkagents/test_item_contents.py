@@ -3,11 +3,7 @@ kind in Agent Framework's own form, and what the fake model then receives from a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from resilient.agents.base import AgentRequest, PhaseContext
 from resilient.agents.framework.messages import item_messages, request_messages
@@ -15,7 +11,6 @@ from resilient.agents.loader import wrap_agent
 from tests import itemshapes as shapes
 from tests.fakemodel.server import FakeModel
 from tests.frameworkagents import app_agents
-from tests.frameworkagents.model import ToolLoop
 from tests.frameworkagents.test_adapter import run_step
 
 
@@ -105,15 +100,6 @@ def test_agent_frameworks_responses_client_sends_the_contents_as_the_items_they_
                                                                                          '{"c":1}')
     assert sent[3] == rich_output
     assert sent[4]["content"][1:] == [{"type": "refusal", "refusal": "No."}]
-
-
-@pytest.fixture()
-def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeModel]:
-    with FakeModel() as fake:
-        fake.responder = ToolLoop()
-        monkeypatch.setenv("FAKE_MODEL_URL", fake.base)
-        monkeypatch.setenv("SIDE_EFFECTS_FILE", str(tmp_path / "effects.jsonl"))
-        yield fake
 
 
 async def test_an_agent_framework_agent_sends_the_image_and_file_as_content_parts(model: FakeModel) -> None:

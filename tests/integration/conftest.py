@@ -12,6 +12,7 @@ raw table rows) or wire faults stay ``azurite`` only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -95,14 +96,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("storage_adapter", names, ids=list(names), scope="session")
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def azurite_storage(settings: Settings) -> AsyncIterator[Storage]:
+@contextlib.asynccontextmanager
+async def stores_for(adapter: str, settings: Settings) -> AsyncIterator[Storage]:
+    """The stores of ``adapter``: in memory over a backend of their own, or on Azurite under ``settings``'s
+    prefix (its tables and containers removed at the end)."""
+    if adapter == "memory":
+        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+        return
     opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     try:
         yield opened
     finally:
         await opened.clients.delete_all()
         await opened.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def azurite_storage(settings: Settings) -> AsyncIterator[Storage]:
+    async with stores_for("azurite", settings) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="session")

@@ -24,11 +24,9 @@ from resilient.http.service import ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
-from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import LostOwnership
-from resilient.storage.factory import Storage, build_storage, open_storage
-from resilient.storage.feed import CommittedFeed
-from resilient.storage.memory import MemoryBackend
+from resilient.storage.factory import Storage
+from tests.integration.conftest import stores_for
 from tests.streamcheck import helper_final, rebuild_items
 
 
@@ -61,15 +59,8 @@ STORAGE_ADAPTERS = ("memory",)
 
 @pytest_asyncio.fixture(scope="module")
 async def storage(storage_adapter: str, settings: Settings) -> AsyncIterator[Storage]:
-    if storage_adapter == "memory":
-        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
-        return
-    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
-    try:
+    async with stores_for(storage_adapter, settings) as opened:
         yield opened
-    finally:
-        await opened.clients.delete_all()
-        await opened.close()
 
 
 class CrashingAgent(ResearchAgent):

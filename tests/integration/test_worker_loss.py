@@ -27,12 +27,9 @@ from resilient.http.service import STREAM_LIMIT_NOTE, ResponsesService
 from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
-from resilient.storage.controls import ControlBoard
-from resilient.storage.factory import Storage, build_storage, open_storage
-from resilient.storage.feed import CommittedFeed
-from resilient.storage.memory import MemoryBackend
+from resilient.storage.factory import Storage
 from tests.durable_standin import WORKER_EXIT, Durable, Injected
-from tests.integration.conftest import new_conversation
+from tests.integration.conftest import new_conversation, stores_for
 
 WAIT_S = 60.0
 
@@ -54,15 +51,8 @@ STORAGE_ADAPTERS = ("memory",)
 
 @pytest_asyncio.fixture(scope="module")
 async def storage(storage_adapter: str, settings: Settings) -> AsyncIterator[Storage]:
-    if storage_adapter == "memory":
-        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
-        return
-    opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
-    try:
+    async with stores_for(storage_adapter, settings) as opened:
         yield opened
-    finally:
-        await opened.clients.delete_all()
-        await opened.close()
 
 
 def _rig(storage: Storage, settings: Settings) -> tuple[Durable, ResponsesService]:

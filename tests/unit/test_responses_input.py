@@ -10,10 +10,17 @@ from typing import Any
 
 import pytest
 from openai.resources.responses.responses import AsyncResponses
-from openai.types.responses import ResponseInputItemParam
+from openai.types.responses import ResponseFailedEvent, ResponseInputItemParam
 
 from resilient.agents import model
-from resilient.agents.base import AgentRequest, FunctionCallDelta, PermanentAgentError, Reasoning, Usage
+from resilient.agents.base import (
+    AgentRequest,
+    FunctionCallDelta,
+    PermanentAgentError,
+    Reasoning,
+    TransientAgentError,
+    Usage,
+)
 from resilient.agents.model_calls import ChatCall, ResponsesCall, model_call
 from resilient.agents.responses_input import responses_input
 from resilient.agents.responses_params import responses_params
@@ -137,18 +144,19 @@ async def test_streamed_events_become_text_calls_reasoning_and_usage(fake: FakeM
     assert texts[:2] == ["Rain ", "in Oslo."] and isinstance(texts[2], Usage)
 
 
-def test_a_failed_response_is_an_agent_error_of_its_kind() -> None:
+@pytest.mark.parametrize(("code", "kind"), [("invalid_prompt", PermanentAgentError),
+                                              ("server_error", TransientAgentError),
+                                              ("rate_limit_exceeded", TransientAgentError)])
+def test_a_failed_response_is_an_agent_error_of_its_kind(code: str, kind: type[Exception]) -> None:
     call = ResponsesCall(AgentRequest("resp_1", "m", None, [], [], {}), "sys", [])
-
-    class Failed:
-        type = "response.failed"
-
-        class response:  # the attribute path of the event
-            class error:
-                code, message = "invalid_prompt", "The prompt was flagged."
-
-    with pytest.raises(PermanentAgentError, match=r"failed \(invalid_prompt\): The prompt was flagged"):
-        list(call.outputs(Failed()))
+    failed = ResponseFailedEvent.model_validate({
+        "type": "response.failed", "sequence_number": 3,
+        "response": {"id": "resp_x", "object": "response", "created_at": 1, "model": "m", "output": [],
+                     "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "status": "failed",
+                     "error": {"code": code, "message": "It went wrong."}}})
+    with pytest.raises(kind, match=rf"failed \({code}\): It went wrong") as raised:
+        list(call.outputs(failed))
+    assert model.agent_error(raised.value) is raised.value, "an error event is not classified again"
 
 
 def test_a_models_reasoning_becomes_a_reasoning_output_item_before_its_answer() -> None:

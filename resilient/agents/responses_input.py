@@ -10,7 +10,8 @@ The Responses API takes the very items a turn carries, so each keeps its own for
   its image and file parts);
 * ``reasoning`` items go with their ``summary`` and ``encrypted_content``: the model goes on from its own
   earlier reasoning. The model is called with ``store: false``, so a reasoning item without
-  ``encrypted_content`` names reasoning the model cannot look up and is left out;
+  ``encrypted_content`` names reasoning the model cannot look up and is left out; so is one that nothing
+  it led to follows (an assistant message, a call that is sent, more reasoning), which the API rejects;
 * what both paths do alike (a call nothing answers is left out, tool runs and approvals become notes) is in
   ``model_history``.
 
@@ -35,7 +36,7 @@ def responses_input(items: Sequence[dict[str, Any]]) -> list[ResponseInputItemPa
     earlier phases' output), in order."""
     answered = answered_calls(items)
     found: list[ResponseInputItemParam] = []
-    for item in items:
+    for position, item in enumerate(items):
         kind = item.get("type", "message")
         converted: ResponseInputItemParam | None
         if kind == "message":
@@ -45,7 +46,7 @@ def responses_input(items: Sequence[dict[str, Any]]) -> list[ResponseInputItemPa
         elif kind == "function_call_output":
             converted = _call_output(item)
         elif kind == "reasoning":
-            converted = _reasoning(item)
+            converted = _reasoning(item) if _led_somewhere(items, position, answered) else None
         else:
             converted = cast("ResponseInputItemParam | None", note(item))
         if converted is not None:
@@ -106,6 +107,19 @@ def _call_output(item: dict[str, Any]) -> ResponseInputItemParam:
         return {"type": "function_call_output", "call_id": str(item["call_id"]), "output": cast(Any, parts)}
     return {"type": "function_call_output", "call_id": str(item["call_id"]),
             "output": "" if output is None else str(output)}
+
+
+def _led_somewhere(items: Sequence[dict[str, Any]], position: int, answered: set[str]) -> bool:
+    """Whether the reasoning item at ``position`` is followed by what it led to (the model's answer or call,
+    or more of its reasoning): the Responses API rejects a reasoning item sent without its following item,
+    as when a phase was stopped (a cancel, a steer) while the model still reasoned."""
+    following = items[position + 1] if position + 1 < len(items) else None
+    if following is None:
+        return False
+    kind = following.get("type", "message")
+    if kind == "function_call":
+        return str(following.get("call_id")) in answered
+    return kind == "reasoning" or (kind == "message" and following.get("role") == "assistant")
 
 
 def _reasoning(item: dict[str, Any]) -> ResponseInputItemParam | None:

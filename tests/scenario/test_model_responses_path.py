@@ -3,7 +3,8 @@ under the host double, its agent talking to the fake model's ``POST /openai/v1/r
 official ``openai`` client.
 
 A reasoning model's ``reasoning`` items (with ``encrypted_content``) reach it again: those a client sends,
-and its own from earlier turns and earlier phases of the turn. A tool loop (the model calls a function, the
+and its own from earlier turns (``previous_response_id``, ``conversation``) and earlier phases of the turn.
+A cancel closes the model's stream. A tool loop (the model calls a function, the
 client answers, the model answers) survives a worker kill between two steps without asking the model again
 for a step that was checkpointed.
 """
@@ -25,7 +26,7 @@ from tests.fakemodel.responses_stream import encrypted
 from tests.fakemodel.server import Behaviour, FakeModel, Seen
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import follow, kill, read_events
-from tests.scenario.conftest import ROOT
+from tests.scenario.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.azurite
 
@@ -151,3 +152,27 @@ def test_a_tool_loop_survives_a_kill_between_steps(client: OpenAI, fake: FakeMod
     assert len(second_step) >= 2, "the step in flight ran again"
     assert all(json.dumps(r.body) == json.dumps(second_step[0].body) for r in second_step)  # same input
     assert _reasoning_sent(second_step[-1]) == [encrypted("Weather needs a lookup."), encrypted("Quote the tool.")]
+
+
+def test_a_conversation_lists_the_models_reasoning_and_sends_it_back(client: OpenAI, fake: FakeModel) -> None:
+    conversation = client.conversations.create()
+    fake.script.extend([Behaviour(chunks=["Paris."], reasoning="Recall capitals."), Behaviour(chunks=["Yes."])])
+    first = client.responses.create(model="m", input="Capital of France?", conversation=conversation.id,
+                                    metadata={"research_phases": "1"})
+    assert [o.type for o in first.output] == ["reasoning", "message"]
+    listed = [i for i in client.conversations.items.list(conversation.id, order="asc") if i.type == "reasoning"]
+    assert [i.encrypted_content for i in listed] == [encrypted("Recall capitals.")]
+    client.responses.create(model="m", input="Sure?", conversation=conversation.id, metadata={"research_phases": "1"})
+    assert _reasoning_sent(fake.responses_requests()[-1]) == [encrypted("Recall capitals.")]
+
+
+def test_cancel_during_a_responses_stream_closes_it(client: OpenAI, fake: FakeModel) -> None:
+    fake.script.append(Behaviour(kind="slow", chunks=[f"w{i} " for i in range(100)], delay=0.05, reasoning="Go."))
+    closed_before = len(fake.closed_early)
+    created = client.responses.create(model="m", input="Long answer", metadata={"research_phases": "2"},
+                                      background=True)
+    wait_until(lambda: any(r.body["input"][-1].get("content") == [{"type": "input_text", "text": "Long answer"}]
+                           for r in fake.responses_requests()))
+    assert client.responses.cancel(created.id).status == "cancelled"
+    wait_until(lambda: len(fake.closed_early) > closed_before, timeout=30)
+    assert 0 <= fake.closed_early[-1] < 100

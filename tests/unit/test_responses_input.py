@@ -68,12 +68,17 @@ def test_each_item_keeps_its_own_form() -> None:
     ]
 
 
-def test_reasoning_without_encrypted_content_is_left_out_and_refusals_keep_their_part() -> None:
+def test_reasoning_without_encrypted_content_or_what_it_led_to_is_left_out() -> None:
     bare = {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "stored elsewhere"}]}
     refused = shapes.assistant("", refusal="I cannot help with that.")
-    assert _typed(responses_input([bare, refused, shapes.call_output("call_9", "done")])) == [
+    cut_short = shapes.reasoning("A phase stopped while the model reasoned.", "enc-cut")
+    led_to_unsent_call = shapes.reasoning("Call a tool.", "enc-call")
+    items = [bare, refused, cut_short, shapes.user(shapes.text("next")), led_to_unsent_call,
+             shapes.call("call_8", "never_answered"), shapes.call_output("call_9", "done")]
+    assert _typed(responses_input(items)) == [
         {"type": "message", "role": "assistant", "id": "msg_a1", "status": "completed",
          "content": [{"type": "refusal", "refusal": "I cannot help with that."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "next"}]},
         {"type": "function_call_output", "call_id": "call_9", "output": "done"},
     ]
 
@@ -174,5 +179,5 @@ def test_a_models_reasoning_becomes_a_reasoning_output_item_before_its_answer() 
                                                                     ("response.output_item.done", 2)]
     assert message["type"] == "message" and events[2]["output_index"] == 3
     # sent back next turn, the item reaches a Responses model as it is
-    assert responses_input([reasoning]) == [{"type": "reasoning", "id": reasoning["id"],
-                                             "summary": reasoning["summary"], "encrypted_content": "enc-7"}]
+    assert responses_input([reasoning, message])[0] == {"type": "reasoning", "id": reasoning["id"],
+                                                        "summary": reasoning["summary"], "encrypted_content": "enc-7"}

@@ -88,13 +88,16 @@ def _reasoning_sent(request: Seen) -> list[str]:
 
 def test_reasoning_items_reach_the_model_and_its_own_come_back(client: OpenAI, fake: FakeModel) -> None:
     fake.script.append(Behaviour(chunks=["Twelve."], reasoning="Multiply by three."))
-    history = [shapes.user(shapes.text("What is 2+2?")), shapes.reasoning("Add them.", "enc-client"),
+    developer = {"type": "message", "role": "developer", "content": [shapes.text("Read the chart."), shapes.IMAGE_URL]}
+    history = [developer, shapes.user(shapes.text("What is 2+2?")), shapes.reasoning("Add them.", "enc-client"),
                shapes.assistant("Four."), shapes.user(shapes.text("And times 3?"))]
     first = client.responses.create(model="m", input=history, metadata={"research_phases": "1"})  # type: ignore[arg-type]
     assert first.status == "completed", first.error
     sent = fake.responses_requests()[-1]
     assert sent.path == "/openai/v1/responses" and not fake.chat_requests()
     assert _reasoning_sent(sent) == ["enc-client"]
+    assert sent.body["input"][0]["content"][1] == {"type": "input_image", "detail": "high",  # as it is
+                                                   "image_url": shapes.IMAGE_URL["image_url"]}
     assert (sent.body["store"], sent.body["include"]) == (False, ["reasoning.encrypted_content"])
     listed = [i for i in client.responses.input_items.list(first.id) if i.type == "reasoning"]
     assert [i.encrypted_content for i in listed] == ["enc-client"]

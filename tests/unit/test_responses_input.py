@@ -177,6 +177,7 @@ def test_a_models_reasoning_becomes_a_reasoning_output_item_before_its_answer() 
     assert reasoning["summary"] == [{"type": "summary_text", "text": "Look it up."}]
     assert [(e["type"], e["output_index"]) for e in events[:2]] == [("response.output_item.added", 2),
                                                                     ("response.output_item.done", 2)]
+    assert events[0]["item"] == events[1]["item"] == reasoning, "it opens and closes whole"
     assert message["type"] == "message" and events[2]["output_index"] == 3
     # sent back next turn, the item reaches a Responses model as it is
     assert responses_input([reasoning, message])[0] == {"type": "reasoning", "id": reasoning["id"],

@@ -113,6 +113,10 @@ def new_mcp_call_id(response_id: str) -> str:
     return item_id(MCP_CALL_PREFIX, response_id)
 
 
+def new_reasoning_id(response_id: str) -> str:
+    return item_id(REASONING_PREFIX, response_id)
+
+
 _INPUT_PREFIXES = {"function_call_output": FUNCTION_OUTPUT_PREFIX, "mcp_approval_response": APPROVAL_RESPONSE_PREFIX,
                    "function_call": FUNCTION_CALL_PREFIX, "reasoning": REASONING_PREFIX}
 

@@ -55,6 +55,18 @@ def _control_interval_ms(value: str | None) -> int:
     return interval
 
 
+MODEL_APIS = ("chat", "responses")
+
+
+def _model_api(value: str | None) -> str:
+    """Which API of the model the sample agent calls: ``chat`` (Chat Completions, every endpoint serves it)
+    or ``responses`` (the Responses API: the model gets reasoning items back, with their encrypted content)."""
+    api = (value or "chat").strip().lower()
+    if api not in MODEL_APIS:
+        raise ValueError(f"RESILIENT_MODEL_API must be one of {', '.join(MODEL_APIS)}, got {value!r}")
+    return api
+
+
 @dataclass(frozen=True)
 class Settings:
     # Storage: either a connection string (Azurite / keys) or identity-based service URIs.
@@ -88,6 +100,7 @@ class Settings:
     model_timeout_seconds: float = 60.0
     model_max_retries: int = 2
     model_token_scope: str = "https://cognitiveservices.azure.com/.default"
+    model_api: str = "chat"  # see _model_api
     # Time limits below the host's functionTimeout (see resilient/limits.py); None = unbounded.
     function_timeout_seconds: float | None = None
     stream_limit_seconds: float | None = None
@@ -127,6 +140,7 @@ class Settings:
             model_timeout_seconds=float(e.get("RESILIENT_MODEL_TIMEOUT_SECONDS") or 60),
             model_max_retries=_int(e.get("RESILIENT_MODEL_MAX_RETRIES"), 2),
             model_token_scope=e.get("AZURE_OPENAI_TOKEN_SCOPE") or "https://cognitiveservices.azure.com/.default",
+            model_api=_model_api(e.get("RESILIENT_MODEL_API")),
             function_timeout_seconds=timeout,
             stream_limit_seconds=below_timeout(e.get("RESILIENT_STREAM_MAX_SECONDS"), timeout),
             phase_deadline_seconds=below_timeout(e.get("RESILIENT_PHASE_DEADLINE_SECONDS"), timeout),

@@ -17,6 +17,7 @@ Besides text (``str``), a phase may yield:
   with an ``mcp_approval_request`` item, and the plan waits in storage. When the next turn approves, this
   same phase runs again with :attr:`PhaseContext.approval` set; when it denies, no further phase runs.
 * :class:`Usage`: the model's token counts for this phase (added up into the response's ``usage``).
+* :class:`Reasoning`: the model's reasoning (a ``reasoning`` output item a client may send back next turn).
 * :class:`ToolRun`: a tool the agent ran itself (server side) and its result: an ``mcp_call`` output item.
   Part of this step's checkpoint, so a finished step's tool calls are never run again.
 * :class:`SaveState`: JSON state to keep with this step's checkpoint (an agent's conversation, a workflow
@@ -111,6 +112,14 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Reasoning:
+    """A model's reasoning item: its summary texts and its ``encrypted_content`` (the part a model takes back)."""
+
+    summary: tuple[str, ...] = ()
+    encrypted_content: str | None = None
+
+
+@dataclass(frozen=True)
 class Approval:
     """The answer to an :class:`ApprovalRequest`, given to the phase that asked when it runs again."""
 
@@ -163,8 +172,8 @@ class NextStep:
     """Another step follows this one (agents with ``open_plan``)."""
 
 
-type PhaseOutput = (str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage | ToolRun | SaveState
-                    | SaveProgress | NextStep)
+type PhaseOutput = (str | FunctionCall | FunctionCallDelta | ApprovalRequest | Usage | Reasoning | ToolRun
+                    | SaveState | SaveProgress | NextStep)
 
 
 class AgentError(Exception):

@@ -5,14 +5,15 @@ Each item kind keeps its own form where Chat Completions has one:
 * a user message's ``input_image`` part becomes an ``image_url`` part (its ``detail`` kept), an image named
   by ``file_id`` and an ``input_file`` with ``file_data`` or ``file_id`` become a ``file`` part. Chat
   Completions has no part for a file by URL: an ``input_file`` with only ``file_url`` becomes a text part
-  naming the URL. System and developer messages take text only (Chat Completions allows nothing else there).
+  naming the URL. System and developer messages take text only in Chat Completions: their text is the
+  ``system`` message, and their image and file parts follow it as a user message, so the model still sees them.
 * an assistant message's ``output_text`` parts become its ``content``, its ``refusal`` parts its ``refusal``.
 * ``function_call`` items become the assistant message's ``tool_calls`` and ``function_call_output`` items
   ``tool`` messages. A tool output's image and file parts (a ``tool`` message takes text only) follow the
   run of ``tool`` messages as one user message. A call no output answers anywhere in the chain is left out:
   Chat Completions rejects a ``tool_calls`` message that no ``tool`` message follows.
 * ``mcp_call`` items (tools an agent ran on the server) and approval requests and answers become short
-  assistant and user notes.
+  assistant and user notes (``model_history``, shared with the Responses path).
 * ``reasoning`` items are not sent: a Chat Completions model cannot take another call's reasoning.
 """
 
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from resilient.agents.base import TEXT_PART_TYPES, item_text, output_text
+from resilient.agents.model_history import answered_calls, note
 
 type ChatMessage = dict[str, Any]
 
@@ -31,16 +33,16 @@ def chat_messages(system: str, history: Sequence[dict[str, Any]], turn: Sequence
     """Model messages: the system prompt, the chain's history and this turn's input, then the texts of this
     turn's earlier phases."""
     items = [*history, *turn]
-    answered = {str(i.get("call_id")) for i in items if i.get("type") == "function_call_output"}
+    answered = answered_calls(items)
     messages: list[ChatMessage] = [{"role": "system", "content": system}]
     held: list[dict[str, Any]] = []  # non-text parts of tool outputs, sent after the run of tool messages
     for item in items:
         kind = item.get("type", "message")
         if held and kind != "function_call_output":
-            messages.append(_tool_attachments(held))
+            messages.append(_attachments(held))
             held = []
         if kind == "message":
-            messages.append(_message(item))
+            messages += _messages(item)
         elif kind == "function_call" and str(item.get("call_id")) in answered:
             _add_tool_call(messages, item)
         elif kind == "function_call_output":
@@ -48,16 +50,16 @@ def chat_messages(system: str, history: Sequence[dict[str, Any]], turn: Sequence
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output_text(output)})
             if isinstance(output, list):
                 held += [p for p in (_user_part(part) for part in output) if p and p["type"] != "text"]
-        elif (note := _note(item)) is not None:
-            messages.append(note)
+        elif (noted := note(item)) is not None:
+            messages.append(noted)
     if held:
-        messages.append(_tool_attachments(held))
+        messages.append(_attachments(held))
     for text in earlier_phases:
         messages.append({"role": "assistant", "content": text})
     return messages
 
 
-def _message(item: dict[str, Any]) -> ChatMessage:
+def _messages(item: dict[str, Any]) -> list[ChatMessage]:
     role = str(item.get("role", "user"))
     content = item.get("content")
     if role == "assistant":
@@ -67,13 +69,18 @@ def _message(item: dict[str, Any]) -> ChatMessage:
         if refusal:
             message["refusal"] = refusal
             message["content"] = message["content"] or None
-        return message
-    if role != "user" or not isinstance(content, list):
-        return {"role": "user" if role == "user" else "system", "content": item_text(item)}
+        return [message]
+    if role != "user":  # system, developer: a system message takes text only; its other parts follow it
+        attached = [p for p in (_user_part(part) for part in content if isinstance(part, dict)
+                                and part.get("type") not in TEXT_PART_TYPES) if p] if isinstance(content, list) else []
+        system: ChatMessage = {"role": "system", "content": item_text(item)}
+        return [system, _attachments(attached, f"the {role} message above")] if attached else [system]
+    if not isinstance(content, list):
+        return [{"role": "user", "content": item_text(item)}]
     parts = [p for p in (_user_part(part) for part in content) if p]
     if all(p["type"] == "text" for p in parts):
-        return {"role": "user", "content": item_text(item)}  # text only: the plain form every endpoint takes
-    return {"role": "user", "content": parts}
+        return [{"role": "user", "content": item_text(item)}]  # text only: the plain form every endpoint takes
+    return [{"role": "user", "content": parts}]
 
 
 def _user_part(part: object) -> dict[str, Any] | None:
@@ -100,8 +107,10 @@ def _user_part(part: object) -> dict[str, Any] | None:
     return None
 
 
-def _tool_attachments(parts: list[dict[str, Any]]) -> ChatMessage:
-    return {"role": "user", "content": [{"type": "text", "text": "(attachments of the tool output above)"}, *parts]}
+def _attachments(parts: list[dict[str, Any]], of: str = "the tool output above") -> ChatMessage:
+    """A user message carrying the image and file parts of a message that takes text only (a tool output, a
+    system or developer message), sent right after it."""
+    return {"role": "user", "content": [{"type": "text", "text": f"(attachments of {of})"}, *parts]}
 
 
 def _add_tool_call(messages: list[ChatMessage], item: dict[str, Any]) -> None:
@@ -113,20 +122,3 @@ def _add_tool_call(messages: list[ChatMessage], item: dict[str, Any]) -> None:
         last.setdefault("tool_calls", []).append(call)
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-
-
-def _note(item: dict[str, Any]) -> ChatMessage | None:
-    """A short note for a tool run or an approval step; None for an item a chat model is not sent."""
-    kind = item.get("type")
-    if kind == "mcp_call":
-        result = f"error {item['error']}" if item.get("error") else f"returned {item.get('output') or ''}"
-        return {"role": "assistant", "content": f"(ran {item.get('server_label')}/{item.get('name')} with "
-                                                f"{item.get('arguments')}: {result})"}
-    if kind == "mcp_approval_request":
-        return {"role": "assistant", "content": f"(asked for approval to run {item.get('name')} "
-                                                f"with {item.get('arguments')})"}
-    if kind == "mcp_approval_response":
-        verdict = "approved" if item.get("approve") else "denied"
-        reason = f": {item['reason']}" if item.get("reason") else ""
-        return {"role": "user", "content": f"({verdict}{reason})"}
-    return None

@@ -1,9 +1,13 @@
-"""The model path of the sample agent: one OpenAI-compatible chat-completions client, and the mapping
-between this service's tools and errors and the model's (items: ``chat_input``; parameters: ``chat_params``).
+"""The model path of the sample agent: one OpenAI-compatible client, and the mapping between this service's
+tools and errors and the model's (the call itself: ``model_calls``; items: ``chat_input`` and
+``responses_input``; parameters: ``chat_params`` and ``responses_params``).
 
-Why chat completions: every endpoint shape this template targets (Azure OpenAI deployment URLs, Azure's
-``/openai/v1`` API, OpenAI and OpenAI-compatible servers) serves it, it streams text, tool-call
-arguments and (with ``stream_options.include_usage``) the model's own token counts.
+Why chat completions by default (``RESILIENT_MODEL_API=chat``): every endpoint shape this template targets
+(Azure OpenAI deployment URLs, Azure's ``/openai/v1`` API, OpenAI and OpenAI-compatible servers) serves it, it
+streams text, tool-call arguments and (with ``stream_options.include_usage``) the model's own token counts.
+``RESILIENT_MODEL_API=responses`` calls the Responses API instead, for a model that takes its reasoning
+back (``reasoning`` items with ``encrypted_content``); with a deployment URL it needs an
+``AZURE_OPENAI_API_VERSION`` that serves ``/openai/responses``.
 
 Endpoint shapes, from ``AZURE_OPENAI_ENDPOINT``:
 
@@ -69,6 +73,8 @@ def agent_error(exc: BaseException) -> AgentError:
     the model's ``Retry-After`` (or ``retry-after-ms``) tells how long to wait."""
     import openai
 
+    if isinstance(exc, AgentError):  # already classified (an error event inside the stream)
+        return exc
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = f"The model answered {status}: {_message(exc)}"
@@ -131,6 +137,12 @@ def chat_tools(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 function[key] = tool[key]
         out.append({"type": "function", "function": function})
     return out
+
+
+def responses_tools(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's function tools as the Responses API takes them (the shape the request used)."""
+    return [{"type": "function", **{key: tool[key] for key in ("name", "description", "parameters", "strict")
+                                    if tool.get(key) is not None}} for tool in tools]
 
 
 def chat_tool_choice(choice: str | dict[str, Any]) -> Any:

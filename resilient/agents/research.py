@@ -11,8 +11,8 @@ verbatim at the start of its last phase. With ``metadata.require_approval == "tr
 approval before its last phase. With a model, the model decides about tools.
 
 Images and files: offline, the first phase names what the turn's input carried besides text ("Given 1
-image, 1 file."); with a model, they go to it as content parts (``chat_input``), with the request's model
-parameters (``chat_params``).
+image, 1 file."); with a model, they go to it as content parts (``chat_input`` or ``responses_input``, as
+``RESILIENT_MODEL_API`` chooses), with the request's model parameters (``chat_params``, ``responses_params``).
 
 Request ``metadata`` knobs for the offline agent (handy for demos and tests; all optional):
 ``research_phases`` (1-20, default 4), ``words_per_phase`` (1-2000, default 48),
@@ -36,15 +36,13 @@ from resilient.agents.base import (
     AgentRequest,
     ApprovalRequest,
     FunctionCall,
-    FunctionCallDelta,
     Phase,
     PhaseContext,
     PhaseOutput,
     Usage,
     item_text,
 )
-from resilient.agents.chat_input import chat_messages
-from resilient.agents.chat_params import chat_params
+from resilient.agents.model_calls import ModelCall, model_call
 from resilient.settings import Settings
 from resilient.telemetry import spans
 
@@ -164,23 +162,20 @@ class ResearchAgent:
         return self._client
 
     async def _model_phase(self, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
-        """One streamed chat completion: text deltas, tool-call chunks and the model's usage. Model errors
-        become agent errors (permanent or transient); the stream is closed however the phase ends."""
+        """One streamed model call (``model_calls``: Chat Completions or Responses, as ``RESILIENT_MODEL_API``
+        says): text deltas, tool-call chunks, reasoning items and the model's usage. Model errors become agent
+        errors (permanent or transient); the stream is closed however the phase ends."""
         request = context.request
         system = ((request.instructions or "You are a careful research assistant.")
                   + f"\nYou are in phase {context.phase_index + 1} of {len(context.plan)}: "
                   f"{context.phase.name}. Goal: {context.phase.goal} Be concise.")
-        messages = chat_messages(system, request.history, request.input_items, context.previous_texts())
-        extra = chat_params(request.params, has_tools=bool(request.tools))
-        if request.tools:
-            extra["tools"] = model.chat_tools(request.tools)
-            extra["tool_choice"] = model.chat_tool_choice(request.tool_choice)
-        # One client span per chat call, ended however the call ends (see telemetry.spans.model_span).
+        call = model_call(self._settings.model_api, request, system, context.output_so_far)
+        # One client span per model call, ended however the call ends (see telemetry.spans.model_span).
         endpoint = self._settings.azure_openai_endpoint or ""
         span = spans.model_span(self._settings.azure_openai_deployment,
                                 "openai" if model.is_v1_base_url(endpoint) else "azure.ai.openai")
         try:
-            async for output in self._model_stream(context, span, messages, extra):
+            async for output in self._model_stream(context, span, call):
                 yield output
         except Exception as exc:  # not a cancel or an early close: those are how a phase stops
             span.record_exception(exc)
@@ -189,48 +184,25 @@ class ResearchAgent:
         finally:
             span.end()
 
-    async def _model_stream(self, context: PhaseContext, span: Span, messages: list[dict[str, Any]],
-                            extra: dict[str, Any]) -> AsyncIterator[PhaseOutput]:
+    async def _model_stream(self, context: PhaseContext, span: Span, call: ModelCall) -> AsyncIterator[PhaseOutput]:
         try:
             with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                stream = await self._model().chat.completions.create(
-                    model=self._settings.azure_openai_deployment, messages=messages, stream=True,
-                    stream_options={"include_usage": True}, **extra)
+                stream = await call.open(self._model(), self._settings.azure_openai_deployment)
         except Exception as exc:
             raise model.agent_error(exc) from exc
         try:
-            async for chunk in stream:
-                if chunk.usage is not None:
-                    span.set_attribute("gen_ai.usage.input_tokens", int(chunk.usage.prompt_tokens or 0))
-                    span.set_attribute("gen_ai.usage.output_tokens", int(chunk.usage.completion_tokens or 0))
-                    yield _usage(chunk.usage)
-                for choice in chunk.choices:
-                    delta = choice.delta
-                    if delta is None:
-                        continue
-                    if delta.content:
-                        yield delta.content
-                    for call in delta.tool_calls or []:
-                        function = call.function
-                        yield FunctionCallDelta(key=call.index, name=function.name if function else None,
-                                                arguments=(function.arguments or "") if function else "")
+            async for event in stream:
+                for output in call.outputs(event):
+                    if isinstance(output, Usage):
+                        span.set_attribute("gen_ai.usage.input_tokens", output.input_tokens)
+                        span.set_attribute("gen_ai.usage.output_tokens", output.output_tokens)
+                    yield output
                 if context.should_stop:
                     return
         except Exception as exc:
             raise model.agent_error(exc) from exc
         finally:
             await stream.close()  # a phase stopped early (steering, cancel) must not keep the model busy
-
-
-def _usage(usage: Any) -> Usage:
-    prompt_details = getattr(usage, "prompt_tokens_details", None)
-    completion_details = getattr(usage, "completion_tokens_details", None)
-    return Usage(
-        input_tokens=int(usage.prompt_tokens or 0),
-        output_tokens=int(usage.completion_tokens or 0),
-        cached_tokens=int(getattr(prompt_details, "cached_tokens", 0) or 0),
-        reasoning_tokens=int(getattr(completion_details, "reasoning_tokens", 0) or 0),
-    )
 
 
 def attachments(items: Sequence[dict[str, Any]]) -> str:

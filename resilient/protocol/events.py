@@ -159,7 +159,7 @@ def item_opening_events(output_index: int, item: dict[str, Any]) -> list[dict[st
     """The events that open ``item`` (its final form, or its in-progress form) at ``output_index``.
 
     A message opens empty (``content: []``, then an empty ``output_text`` part); a function call opens
-    with empty ``arguments`` (they follow as deltas); an approval request opens complete.
+    with empty ``arguments`` (they follow as deltas); an approval request and a reasoning item open complete.
     """
     kind = item.get("type")
     if kind == "message":
@@ -167,7 +167,7 @@ def item_opening_events(output_index: int, item: dict[str, Any]) -> list[dict[st
     if kind == "function_call":
         opened = {**item, "arguments": "", "status": "in_progress"}
         return [output_item_added(output_index, opened)]
-    if kind == "mcp_approval_request":
+    if kind in ("mcp_approval_request", "reasoning"):
         return [output_item_added(output_index, item)]
     if kind == "mcp_call":
         return [output_item_added(output_index, {**item, "output": None, "error": None, "status": "in_progress"})]
@@ -184,7 +184,7 @@ def item_closing_events(output_index: int, item: dict[str, Any]) -> list[dict[st
             function_call_arguments_done(str(item["id"]), output_index, str(item["arguments"])),
             output_item_done(output_index, item),
         ]
-    if kind in ("mcp_approval_request", "mcp_call"):
+    if kind in ("mcp_approval_request", "mcp_call", "reasoning"):
         return [output_item_done(output_index, item)]
     raise ValueError(f"cannot stream an item of type {kind!r}")
 

@@ -9,6 +9,7 @@ answers (``McpApprovalRequest``, ``McpApprovalResponse``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from resilient.protocol._strict import strict_validate
@@ -70,6 +71,16 @@ def function_call_item(
         "name": name,
         "arguments": arguments,
     }
+
+
+def reasoning_item(item_id: str, summary: Sequence[str], encrypted_content: str | None) -> dict[str, Any]:
+    """A ``reasoning`` output item (``ResponseReasoningItem``): a model's summary texts and its encrypted
+    reasoning, which a client sends back so the model can go on from it."""
+    item: dict[str, Any] = {"id": item_id, "type": "reasoning", "status": "completed",
+                            "summary": [{"type": "summary_text", "text": text} for text in summary]}
+    if encrypted_content is not None:
+        item["encrypted_content"] = encrypted_content
+    return item
 
 
 def approval_request_item(item_id: str, name: str, arguments: str, server_label: str) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 It speaks what the sample agent uses: streamed chat completions (``POST .../chat/completions`` under the
 Azure deployment shape ``/openai/deployments/<name>/``, Azure's ``/openai/v1/`` and a plain ``/v1/``),
-with ``stream_options.include_usage`` honoured (a last chunk with ``usage``), plus an App Service style
-managed-identity token endpoint (``GET /msi/token``, header ``X-IDENTITY-HEADER``) that ``azure-identity``
-uses when ``IDENTITY_ENDPOINT``/``IDENTITY_HEADER`` are set.
+with ``stream_options.include_usage`` honoured (a last chunk with ``usage``), streamed Responses
+(``POST .../responses`` under ``/openai/``, ``/openai/v1/`` and ``/v1/``: ``responses_stream.py``), plus
+an App Service style managed-identity token endpoint (``GET /msi/token``, header ``X-IDENTITY-HEADER``)
+that ``azure-identity`` uses when ``IDENTITY_ENDPOINT``/``IDENTITY_HEADER`` are set.
 
-Each chat request takes the next :class:`Behaviour` from :attr:`FakeModel.script` (the default answers
-a short text). Every request is recorded (path, headers, JSON body) for assertions.
+Each model request (chat or Responses) takes the next :class:`Behaviour` from :attr:`FakeModel.script`
+(the default answers a short text). Every request is recorded (path, headers, JSON body) for assertions.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from tests.fakemodel.responses_stream import responses_stream
 from tests.hostdouble.api import free_port
 
 PROMPT_TOKENS = 1111
 COMPLETION_TOKENS = 222
+CACHED_TOKENS = 11
 IDENTITY_SECRET = "fake-identity-header-secret"
 
 
@@ -42,6 +45,7 @@ class Behaviour:
     OpenAI error body),
     ``drop`` (stream ``chunks`` then cut the connection), ``slow`` (``chunks`` with ``delay`` seconds
     between them; the server notes whether the client hung up early).
+    reasoning: on the Responses API, the answer starts with a reasoning item of this summary (chat ignores it).
     """
 
     kind: str = "text"
@@ -53,6 +57,7 @@ class Behaviour:
     delay: float = 0.0
     call_id: str = "call_fake"
     more_calls: list[tuple[str, str, str]] = field(default_factory=list)
+    reasoning: str = ""
 
 
 @dataclass
@@ -85,6 +90,9 @@ class FakeModel:
     def chat_requests(self) -> list[Seen]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
+    def responses_requests(self) -> list[Seen]:
+        return [r for r in self.requests if r.path.endswith("/responses")]
+
     # ------------------------------------------------------------------ app
     def _build(self) -> FastAPI:
         app = FastAPI()
@@ -110,13 +118,22 @@ class FakeModel:
                 error = {"error": {"message": behaviour.message or f"status {behaviour.status}",
                                    "type": "invalid_request_error", "code": str(behaviour.status), "param": None}}
                 return JSONResponse(error, status_code=behaviour.status, headers=behaviour.headers)
+            if request.url.path.endswith("/responses"):
+                stream = responses_stream(body, behaviour, self._hung_up(behaviour))
+                return StreamingResponse(stream, media_type="text/event-stream")
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(self._stream(body, behaviour, usage), media_type="text/event-stream")
 
         for path in ("/openai/deployments/{deployment}/chat/completions", "/openai/v1/chat/completions",
-                     "/v1/chat/completions"):
+                     "/v1/chat/completions", "/openai/responses", "/openai/v1/responses", "/v1/responses"):
             app.post(path)(chat)
         return app
+
+    def _hung_up(self, behaviour: Behaviour) -> Callable[[int], None]:
+        def note(sent: int) -> None:
+            if behaviour.kind == "slow":
+                self.closed_early.append(sent)
+        return note
 
     async def _stream(self, body: dict[str, Any], behaviour: Behaviour, usage: bool) -> AsyncIterator[bytes]:
         model = str(body.get("model", "fake"))
@@ -185,7 +202,7 @@ def _usage_chunk(model: str) -> bytes:
     data = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
             "choices": [], "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
                                      "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
-                                     "prompt_tokens_details": {"cached_tokens": 11},
+                                     "prompt_tokens_details": {"cached_tokens": CACHED_TOKENS},
                                      "completion_tokens_details": {"reasoning_tokens": 0}}}
     return f"data: {json.dumps(data)}\n\n".encode()
 

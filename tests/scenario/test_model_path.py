@@ -7,6 +7,7 @@ The model is reached with the Azure deployment URL shape and a managed-identity 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from openai import BadRequestError, OpenAI
 
+from tests import itemshapes as shapes
 from tests import live
 from tests.fakemodel.server import COMPLETION_TOKENS, IDENTITY_SECRET, PROMPT_TOKENS, Behaviour, FakeModel
 from tests.hostdouble.api import HostDouble
@@ -231,3 +233,20 @@ def test_tool_choice_none_is_passed_to_the_model(mclient: OpenAI, fake: FakeMode
         mclient.responses.create(model="m", input="x", tool_choice={"type": "function", "name": "nope"},
                                  tools=[WEATHER], metadata=_phases(1))  # type: ignore[list-item]
     assert unknown.value.body["param"] == "tool_choice.name"  # type: ignore[index]
+
+
+def test_a_chat_model_never_sees_reasoning_items_but_input_items_list_them(mclient: OpenAI, fake: FakeModel) -> None:
+    developer = {"type": "message", "role": "developer", "content": [shapes.text("Read the chart."), shapes.IMAGE_URL]}
+    turn = [developer, shapes.user(shapes.text("What is 2+2?")), shapes.reasoning("Add them.", "enc-client"),
+            shapes.assistant("Four."), shapes.user(shapes.text("And times 3?"))]
+    response = mclient.responses.create(model="m", input=turn, metadata=_phases(1))  # type: ignore[arg-type]
+    assert response.status == "completed" and _texts(response) == ["Model says hello."]
+    sent = fake.chat_requests()[-1].body
+    assert "enc-client" not in json.dumps(sent) and "Add them." not in json.dumps(sent)
+    assert sent["messages"][1:3] == [  # the developer message's image follows it (a system message takes text)
+        {"role": "system", "content": "Read the chart."},
+        {"role": "user", "content": [{"type": "text", "text": "(attachments of the developer message above)"},
+                                     {"type": "image_url", "image_url": {"url": shapes.IMAGE_URL["image_url"],
+                                                                         "detail": "high"}}]}]
+    listed = [i for i in mclient.responses.input_items.list(response.id, order="asc") if i.type == "reasoning"]
+    assert [(i.encrypted_content, i.summary[0].text) for i in listed] == [("enc-client", "Add them.")]

@@ -38,7 +38,10 @@ def test_text_only_messages_keep_the_plain_form_and_refusals_their_field() -> No
     assert chat_messages("sys", history, [], [])[1:] == [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": None, "refusal": "I cannot help with that."},
-        {"role": "system", "content": "be brief"},  # a system message takes text only
+        {"role": "system", "content": "be brief"},  # a system message takes text only: its image follows it
+        {"role": "user", "content": [
+            {"type": "text", "text": "(attachments of the developer message above)"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "high"}}]},
     ]
 
 

@@ -22,6 +22,7 @@ from resilient.agents.base import (
     FunctionCallDelta,
     NextStep,
     PhaseOutput,
+    Reasoning,
     SaveProgress,
     SaveState,
     ToolRun,
@@ -33,6 +34,7 @@ from resilient.ids import (
     new_function_call_id,
     new_mcp_call_id,
     new_message_id,
+    new_reasoning_id,
 )
 from resilient.protocol import events as ev
 from resilient.protocol.items import (
@@ -41,6 +43,7 @@ from resilient.protocol.items import (
     function_call_item,
     mcp_call_item,
     output_message,
+    reasoning_item,
 )
 from resilient.protocol.sse import compact_json
 from resilient.storage.ports import JsonDict
@@ -101,13 +104,13 @@ class PhaseItems:
             self.more = True
             return []
         if isinstance(output, ToolRun):
-            events = self._close_open("completed")
             _check_json_object(output.arguments or "{}", f"arguments of tool {output.name!r}")
-            item = mcp_call_item(new_mcp_call_id(self._response_id), output.name, output.arguments or "{}",
-                                 output.server_label, output.output, output.error)
-            index = self._take_index()
-            self.items.append(item)
-            return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
+            return self._whole(mcp_call_item(new_mcp_call_id(self._response_id), output.name,
+                                             output.arguments or "{}", output.server_label, output.output,
+                                             output.error))
+        if isinstance(output, Reasoning):
+            return self._whole(reasoning_item(new_reasoning_id(self._response_id), output.summary,
+                                              output.encrypted_content))
         if isinstance(output, FunctionCall):
             events = self._close_open("completed")
             events += self._open_call(output.name, None, output.call_id, checked=not output.agent_defined)
@@ -131,7 +134,8 @@ class PhaseItems:
             self.approval = item
             return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
         raise AgentOutputError(f"a phase may yield str, FunctionCall, FunctionCallDelta, ApprovalRequest, Usage, "
-                               f"ToolRun, SaveState, SaveProgress or NextStep, not {type(output).__name__}")
+                               f"Reasoning, ToolRun, SaveState, SaveProgress or NextStep, "
+                               f"not {type(output).__name__}")
 
     def close(self, status: ItemStatus, *, ensure_item: bool) -> list[JsonDict]:
         """Close the open item with ``status``. ``ensure_item``: a phase that yielded nothing still gets
@@ -162,6 +166,13 @@ class PhaseItems:
         index = self.next_stream_index
         self.next_stream_index += 1
         return index
+
+    def _whole(self, item: JsonDict) -> list[JsonDict]:
+        """Add an item the agent gave complete (a tool run, a reasoning item): it opens and closes at once."""
+        events = self._close_open("completed")
+        index = self._take_index()
+        self.items.append(item)
+        return events + ev.item_opening_events(index, item) + ev.item_closing_events(index, item)
 
     def _text(self, delta: str) -> list[JsonDict]:
         if not delta:

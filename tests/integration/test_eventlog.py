@@ -182,16 +182,16 @@ async def test_storage_call_counts(storage: Storage, rid: str) -> None:
         await writer.append([delta()] * 32)
     # one block per append; a hint every 16 blocks, the first one creating the index (404, create, append)
     assert writer.storage_calls == 2 + 32 + 3 + 1
-    before = log.storage_calls
+    before = log.reader.storage_calls
     result = await log.read_after(rid, writer.next_sequence_number - 101)
     assert len(result.events) == 100
-    assert log.storage_calls - before == 2  # deep in the log: list + one ranged read of the tail
+    assert log.reader.storage_calls - before == 2  # deep in the log: list + one ranged read of the tail
     before = log.storage_calls
     opened = await log.open_writer(rid)
     assert log.storage_calls - before == 2 == opened.storage_calls  # list + tail read
-    before = log.storage_calls
+    before = log.reader.storage_calls
     await log.read_more(rid, result.cursor)
-    assert log.storage_calls - before == 1
+    assert log.reader.storage_calls - before == 1
 
 
 @pytest.mark.adapters("azurite")  # counts Azure round trips
@@ -201,9 +201,9 @@ async def test_a_log_that_fits_the_tail_window_is_read_in_one_call(storage: Stor
     for _ in range(20):
         await writer.append([delta()] * 5)
     for after in (101, -1, 0, 50, 100):
-        before = log.storage_calls
+        before = log.reader.storage_calls
         result = await log.read_after(rid, after)
-        assert log.storage_calls - before == 1
+        assert log.reader.storage_calls - before == 1
         assert_contiguous(result, after + 1, 100)
     more = await log.read_more(rid, result.cursor)  # the cursor of a one-call read resumes exactly
     assert more.events == []

@@ -47,9 +47,9 @@ async def test_rollover_across_segments(storage: Storage, rid: str) -> None:
     )
     assert {entry.segment for entry in index} == {0, 1, 2, 3, 4}
     # Tail reads start in the last segment: segment 0 ends with a marker, so list, then read its tail.
-    before = log.storage_calls
+    before = log.reader.storage_calls
     tail = await log.read_after(rid, last - 2)
-    assert log.storage_calls - before == 3 and tail.cursor.segment == 4
+    assert log.reader.storage_calls - before == 3 and tail.cursor.segment == 4
 
     reopened = await log.open_writer(rid)
     assert reopened.next_sequence_number == last + 1

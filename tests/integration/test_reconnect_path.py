@@ -34,7 +34,7 @@ async def _finished_run(storage: Storage, settings: Settings) -> str:
 
 
 def _calls(storage: Storage) -> int:
-    return storage.responses.storage_calls + storage.events.storage_calls  # type: ignore[attr-defined,no-any-return]
+    return storage.responses.storage_calls + storage.events.reader.storage_calls  # type: ignore[attr-defined,no-any-return]
 
 
 async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storage: Storage,
@@ -63,7 +63,7 @@ async def test_a_malformed_reconnect_reads_no_log(storage: Storage, settings: Se
     with pytest.raises(ApiError) as raised:
         await ResponsesService(fresh, NoDurable(), settings).retrieve(response_id, query, {})
     assert raised.value.status == status
-    assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
+    assert fresh.events.reader.storage_calls == 0  # type: ignore[attr-defined]
 
 
 async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read(storage: Storage,
@@ -74,7 +74,7 @@ async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read
         await ResponsesService(fresh, NoDurable(), settings).retrieve(rid, {"stream": "true", "starting_after": "x"},
                                                                       {})
     assert raised.value.status == 400 and raised.value.param == "starting_after"
-    assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
+    assert fresh.events.reader.storage_calls == 0  # type: ignore[attr-defined]
 
 
 async def _reconnect(service: ResponsesService, rid: str, after: int) -> list[bytes]:
@@ -88,11 +88,11 @@ async def test_a_reconnect_to_the_process_that_wrote_the_log_reads_only_the_row(
     rid = await _finished_run(storage, settings)
     here = rebuilt(storage)  # same process: the feed remembers the log it published
     from_memory = await _reconnect(ResponsesService(here, NoDurable(), settings), rid, 3)
-    assert here.responses.storage_calls == 1 and here.events.storage_calls == 0  # type: ignore[attr-defined]
+    assert here.responses.storage_calls == 1 and here.events.reader.storage_calls == 0  # type: ignore[attr-defined]
     storage.feed.forget_log(rid)
     elsewhere = rebuilt(storage)
     from_storage = await _reconnect(ResponsesService(elsewhere, NoDurable(), settings), rid, 3)
-    assert elsewhere.events.storage_calls == 1  # type: ignore[attr-defined]
+    assert elsewhere.events.reader.storage_calls == 1  # type: ignore[attr-defined]
     assert from_memory == from_storage  # byte for byte what storage holds
     assert parse_frame(from_memory[0] + b"\n\n")[0] == 4
 

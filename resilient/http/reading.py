@@ -167,7 +167,7 @@ class ResponseReader:
             validate_id(response_id, prefix=RESPONSE_PREFIX)
         except InvalidId:
             return None
-        task = asyncio.ensure_future(self.storage.events.read_after(response_id, starting_after))
+        task = asyncio.ensure_future(self.storage.events.read_first(response_id, starting_after))
         task.add_done_callback(_consume_outcome)  # an unused read's failure is not an unhandled error
         return task
 

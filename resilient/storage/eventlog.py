@@ -161,6 +161,9 @@ class BlobEventLog:
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
         return await self.reader.read_after(response_id, starting_after)
 
+    async def read_first(self, response_id: str, starting_after: int) -> ReadResult:
+        return await self.reader.read_first(response_id, starting_after)
+
     async def read_more(self, response_id: str, cursor: ReadCursor) -> ReadResult:
         return await self.reader.read_more(response_id, cursor)
 

@@ -77,6 +77,17 @@ class BlobEventReader:
 
     @translate_errors
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
+        """Every event after ``starting_after`` (see :meth:`_read_after` for the reads it makes)."""
+        return await self._read_after(response_id, starting_after, partial=False)
+
+    @translate_errors
+    async def read_first(self, response_id: str, starting_after: int) -> ReadResult:
+        """A reconnect's first read: like :meth:`read_after`, but a log longer than the head window whose head
+        holds the first event wanted is answered from that one ranged read, with ``more`` set (the rest is
+        read with ``read_more``), so a reconnect sends its first event after one read of the log."""
+        return await self._read_after(response_id, starting_after, partial=True)
+
+    async def _read_after(self, response_id: str, starting_after: int, *, partial: bool) -> ReadResult:
         """Head (for a read near the start), then tail, then index.
 
         0. A read that starts within the first few hundred events tries the head of segment 0 first:
@@ -93,7 +104,7 @@ class BlobEventReader:
             raise ValueError("starting_after must be an int")
         after = max(-1, starting_after)
         if after < self.tail_window // SMALL_EVENT_BYTES:  # the head of the log probably covers it
-            found = await self._read_single_segment(rid, after)
+            found = await self._read_single_segment(rid, after, partial=partial)
             if found is not None:
                 return found
         sizes = await self._list(rid)
@@ -105,11 +116,12 @@ class BlobEventReader:
         entry = best_entry(await self._read_index(rid), after)
         return await self._read_from(rid, entry.segment, entry.offset, after, missing_ok=False)
 
-    async def _read_single_segment(self, rid: str, after: int) -> ReadResult | None:
+    async def _read_single_segment(self, rid: str, after: int, *, partial: bool) -> ReadResult | None:
         """The common log, one segment: read its first ``tail_window`` bytes (one call, which also tells
-        the segment's size); a log that fits is answered from them, a longer one from one more ranged read
-        of its tail. None (use the listing) when segment 0 is missing, ends with a next-segment marker, or
-        its tail window starts after ``after`` + 1."""
+        the segment's size). A log that fits is answered from them; a longer one too when they hold the first
+        event wanted and ``partial`` (the result says ``more``: the caller reads on from its cursor), else
+        from one more ranged read of its tail. None (use the listing) when segment 0 is missing, ends with a
+        next-segment marker, or its tail window starts after ``after`` + 1."""
         blob = self._blob(segment_blob(rid, 0))
         self.storage_calls += 1
         try:
@@ -122,11 +134,13 @@ class BlobEventReader:
                 return ReadResult(cursor=ReadCursor(0, 0, after))
             raise
         size = _total_size(downloader.properties.content_range, len(head))
+        scan = scan_frames(head, after)
         if size <= len(head):
-            scan = scan_frames(head, after)
             if scan.next_segment is not None:
                 return None
             return ReadResult(scan.events, ReadCursor(0, scan.consumed, scan.last_seq))
+        if partial and scan.events:  # the head holds the first event wanted: the rest is one read_more away
+            return ReadResult(scan.events, ReadCursor(0, scan.consumed, scan.last_seq), more=True)
         start = size - self.tail_window
         data = await self._range(rid, 0, start)
         if data is None:

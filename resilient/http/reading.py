@@ -56,7 +56,9 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Content-
 
 
 class ResponseReader:
-    """The read endpoints and the reading helpers the write endpoints share (one per app, like the service)."""
+    """The read endpoint (``GET /responses/{id}``, with or without ``stream``) and the reads the write endpoints
+    answer with: a stored row or 404, a response object, a create's live stream, a synchronous create's answer.
+    The service holds one (built per request with it, around the request's Durable client)."""
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
                  repairer: Repairer | None = None, caches: WorkerState | None = None) -> None:
@@ -66,7 +68,7 @@ class ResponseReader:
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
         self.caches = caches if caches is not None else WorkerState.sharing(storage)  # what this process knows
 
-    async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
+    async def wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
         answer with the response as it is before the host's functionTimeout would restart the worker.
 
@@ -83,13 +85,19 @@ class ResponseReader:
                         pass
             except TimeoutError:
                 log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
-                return await self._response(record.response_id)
-            final = await self._response(record.response_id)
+                return await self.response(record.response_id)
+            final = await self.response(record.response_id)
             delivered = True
             return final
         finally:
             if not record.doc.get("store", True):
                 self._client_done(record.response_id, delivered)
+
+    def stream_created(self, record: ResponseRecord, created: CommittedBlock | None) -> HttpResult:
+        """The answer of ``POST /responses`` with ``stream=true``: its log from the start, live, starting from
+        ``created`` (the block the create committed) instead of a storage read."""
+        return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1, created)),
+                          headers=dict(SSE_HEADERS))
 
     async def _stream_then_forget(self, record: ResponseRecord, starting_after: int,
                                   start: CommittedBlock | None) -> AsyncIterator[bytes]:
@@ -128,17 +136,17 @@ class ResponseReader:
         _optional_bool(query, "include_obfuscation")  # accepted and ignored, but only as a boolean
         if not stream:
             starting_after = _starting_after(query, headers)
-            record = await self._stored(response_id)
+            record = await self.stored(response_id)
             if record.status in ACTIVE_STATUSES:
                 await self._nudge(response_id)
-            return HttpResult(200, await self._response(response_id, record))
+            return HttpResult(200, await self.response(response_id, record))
         # A reconnect: read the log while the row is checked (one round trip instead of two before the first
         # event). Nothing read is sent unless the checks pass; they are made in the order a plain read makes them.
         starting_after = _starting_after(query, headers)
         start = self.caches.remembered_log(response_id, starting_after)
         first_read = None if start is not None else self._early_read(response_id, starting_after)
         try:
-            record = await self._stored(response_id)
+            record = await self.stored(response_id)
             if not record.doc.get("background", False):
                 raise errors.invalid_request(
                     "Streaming a stored response is only possible for responses created with background=true.",
@@ -159,7 +167,7 @@ class ResponseReader:
             validate_id(response_id, prefix=RESPONSE_PREFIX)
         except InvalidId:
             return None
-        task = asyncio.ensure_future(self.storage.events.read_after(response_id, starting_after))
+        task = asyncio.ensure_future(self.storage.events.read_first(response_id, starting_after))
         task.add_done_callback(_consume_outcome)  # an unused read's failure is not an unhandled error
         return task
 
@@ -216,12 +224,13 @@ class ResponseReader:
 
         return finished
 
-    async def _response(self, response_id: str, record: ResponseRecord | None = None) -> dict[str, Any]:
+    async def response(self, response_id: str, record: ResponseRecord | None = None) -> dict[str, Any]:
+        """The response object as the API returns it (``record``: its row, when the caller has it)."""
         record = record or await self.storage.responses.get(response_id)
         output = await self.storage.items.list_output_items(response_id)
         return response_object(record, output)
 
-    async def _stored(self, response_id: str) -> ResponseRecord:
+    async def stored(self, response_id: str) -> ResponseRecord:
         """The stored row, or 404 for unknown ids, hostile ids, deleted or ``store=false`` responses."""
         with translated(response_id):
             return await lifecycle.stored(self.storage, response_id)

@@ -38,7 +38,6 @@ from resilient.engine.heal.repair import Repairer
 from resilient.engine.orchestration import terms as terms
 from resilient.engine.worker_state import WorkerState
 from resilient.http.reading import (
-    SSE_HEADERS,
     STREAM_LIMIT_NOTE,
     DurableRuntime,
     ResponseReader,
@@ -75,16 +74,26 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 CreatedHook = Callable[[ResponseRecord, list[dict[str, Any]]], None]
 
 
-class ResponsesService(ResponseReader):
-    """The Responses API: create, cancel, delete and input items here; retrieve and streams inherited."""
+class ResponsesService:
+    """The Responses API: create, cancel, delete and input items here; retrieve, the streams and the reads these
+    answer with are its :class:`ResponseReader`'s (``reader``)."""
 
     cancel_settle_seconds: float = CANCEL_SETTLE_SECONDS  # how long a cancel waits for the run to stop
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
                  repairer: Repairer | None = None, on_created: CreatedHook | None = None,
                  caches: WorkerState | None = None) -> None:
-        super().__init__(storage, runtime, settings, repairer=repairer, caches=caches)
+        self.reader = ResponseReader(storage, runtime, settings, repairer=repairer, caches=caches)
+        self.storage = storage
+        self.runtime = runtime
+        self.settings = settings
+        self.caches = self.reader.caches  # one set of this process's caches for reads and writes
         self._on_created = on_created  # the engine of this process remembers what it need not read back
+
+    # -------------------------------------------------------------- retrieve
+    async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
+        """``GET /responses/{id}`` (a reconnect with ``stream=true``): see :meth:`ResponseReader.retrieve`."""
+        return await self.reader.retrieve(response_id, query, headers)
 
     # ---------------------------------------------------------------- create
     async def create(self, body: bytes) -> HttpResult:
@@ -121,11 +130,10 @@ class ResponsesService(ResponseReader):
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:
-            return HttpResult(200, stream=self._limited(self._stream_then_forget(record, -1, created)),
-                              headers=dict(SSE_HEADERS))
+            return self.reader.stream_created(record, created)
         if request.background:
             return HttpResult(200, response_object(record, []))
-        return HttpResult(200, await self._wait_for_terminal(record, created))
+        return HttpResult(200, await self.reader.wait_for_terminal(record, created))
 
     async def _place_turn(self, request: CreateResponseRequest, response_id: str, chain_id: str | None,
                           previous: str | None) -> tuple[str | None, str | None, list[str]]:
@@ -241,7 +249,7 @@ class ResponsesService(ResponseReader):
         """Cancel a background response; the answer (and every later read) carries its partial output.
         The rules (and why a cancel waits for the run to stop) are in :func:`resilient.engine.chain.lifecycle.cancel`;
         it waits at most ``cancel_settle_seconds``."""
-        record = await self._stored(response_id)
+        record = await self.reader.stored(response_id)
 
         async def wake() -> None:  # a queued turn waits for its chain lock; a running phase sees the flag
             try:
@@ -254,7 +262,7 @@ class ResponsesService(ResponseReader):
             final, cancelled_now = await lifecycle.cancel(self.storage, record, wake, self.cancel_settle_seconds)
         if cancelled_now:
             log.info("cancelled", extra={"response_id": response_id})
-        return HttpResult(200, await self._response(response_id, final))
+        return HttpResult(200, await self.reader.response(response_id, final))
 
     # ---------------------------------------------------------------- delete
     async def delete(self, response_id: str) -> HttpResult:
@@ -277,7 +285,7 @@ class ResponsesService(ResponseReader):
         if after is not None and not _safe(after):
             raise errors.invalid_request("'after' is not a valid item id.", param="after",
                                          code=errors.CODE_INVALID_VALUE)
-        await self._stored(response_id)
+        await self.reader.stored(response_id)
         try:
             page = await self.storage.items.list_input_items(response_id, after=after, limit=limit,
                                                              order="asc" if order == "asc" else "desc")

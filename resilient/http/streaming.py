@@ -87,7 +87,7 @@ async def tail_events(
     ``finished`` (optional) tells whether the response reached a terminal status (see :class:`Paces` for
     when it is asked). ``start`` (optional) is a block this process just committed that begins right after
     ``starting_after`` (the stream of a create): the stream starts from it instead of reading storage.
-    ``first_read`` (optional) is the first storage read, ``events.read_after(response_id, starting_after)``,
+    ``first_read`` (optional) is the first storage read, ``events.read_first(response_id, starting_after)``,
     already started by the caller. ``widen`` (optional, the process's load factor) stretches the paces.
     """
     try:
@@ -114,6 +114,7 @@ class _Round:
 
     got_events: bool = False
     empty_read: bool = False  # a storage read that found nothing new
+    more: bool = False  # the read stopped before the end of the log: read on at once
     deferred: bool = False  # another reader here was reading storage: its result stands for ours
 
 
@@ -178,7 +179,7 @@ class _Tail:
             if found.got_events:
                 self.last_output = now
                 self.next_finished_check = now + self.paces.finished_check_seconds * self.slack
-            if gap:
+            if gap or found.more:
                 self.storage_due, self.must_read = now, True
                 continue
             here = self._schedule_next_poll(now, found)
@@ -225,7 +226,7 @@ class _Tail:
                 first, self.first_read = self.first_read, None
                 result = await first
             elif self.cursor is None:
-                result = await self.events.read_after(self.response_id, self.starting_after)
+                result = await self.events.read_first(self.response_id, self.starting_after)
             else:
                 result = await self.events.read_more(self.response_id, self.cursor)
         except NotFound:
@@ -247,6 +248,7 @@ class _Tail:
         self.cursor = result.cursor
         found.got_events = bool(result.events)
         found.empty_read = not found.got_events
+        found.more = result.more
         self.frames.add(result.events)
         self.feed.note_storage_read(self.response_id, self.last_read, self.cursor.last_sequence_number)
 

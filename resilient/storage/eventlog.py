@@ -1,11 +1,9 @@
 """The per-response event log on append blobs: :class:`BlobEventLog` implements ``EventLog``.
 
 Why append blobs of SSE frames: replay and reconnect (``starting_after=N``) need no orchestration
-and no agent, only storage; frames are stored exactly as sent, so a reader splits on blank lines and
-reads the ``id:`` line, never the JSON. A tail read costs two round trips whatever the log's length
-(a listing, then one ranged read of the last segment's tail); a deeper read adds the small offset
-index and one ranged read from its best hint. A tailing reader (``read_more``) costs one ranged read
-per poll. See :mod:`.logformat` for the layout and :mod:`.eventwriter` for the fenced writer.
+and no agent, only storage (its reads are :mod:`.eventreader`'s). This module creates logs, positions
+fenced writers at their end (see :mod:`.eventwriter`) and deletes them. See :mod:`.logformat` for the
+layout.
 """
 
 from __future__ import annotations
@@ -15,46 +13,28 @@ from collections.abc import Sequence
 from contextlib import suppress
 from datetime import datetime
 
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.storage.blob.aio import BlobClient, ContainerClient
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.storage.blob.aio import ContainerClient
 
 from resilient.ids import validate_id
 from resilient.protocol.sse import parse_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
+from resilient.storage.eventreader import DEFAULT_TAIL_WINDOW, BlobEventReader, list_segments
 from resilient.storage.eventwriter import MAX_BLOCK_BYTES, BlobEventWriter, LogLimits, WriterPosition
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.kept import KEPT_WRITERS, KeptWriters
 from resilient.storage.logformat import (
-    IndexEntry,
     Tail,
-    best_entry,
-    first_event_seq,
-    first_frame_start,
     index_blob,
     log_prefix,
-    parse_index,
-    scan_frames,
     scan_tail,
     segment_blob,
-    segment_number,
 )
-from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult, StoredEvent
+from resilient.storage.ports import EventWriter, JsonDict, ReadCursor, ReadResult
 
 __all__ = ["KEPT_WRITERS", "BlobEventLog"]
 
-BLOB_CLIENT_CACHE = 512
-# Events are rarely smaller than this: a read that starts after more events than fit the tail window at
-# this size goes to the tail straight away instead of trying the head of the log first.
-SMALL_EVENT_BYTES = 256
-
-
-def _total_size(content_range: str | None, fallback: int) -> int:
-    """The blob size from a ranged download's ``Content-Range`` (``bytes 0-99/1234`` → 1234)."""
-    total = (content_range or "").rpartition("/")[2]
-    return int(total) if total.isdigit() else fallback
-
-DEFAULT_TAIL_WINDOW = 64 * 1024
 _OPEN_ATTEMPTS = 3
 
 
@@ -76,9 +56,9 @@ class BlobEventLog:
         self._feed = feed  # this process's readers: its writers publish to it, a deletion forgets the log
         self._kept = kept if kept is not None else KeptWriters()
         self._limits = LogLimits(index_every, max_blocks_per_segment, max_block_bytes)
-        self._tail_window = max(1024, tail_window)
+        self.reader = BlobEventReader(container, tail_window=tail_window)  # its reads count there
+        self._tail_window = self.reader.tail_window
         self.storage_calls = 0  # every round trip made by this object (not by the writers it returns)
-        self._blob_clients: dict[str, BlobClient] = {}
 
     # -- writers kept between the activities of a run (see EventLog.take_writer) -----------------------
     def take_writer(self, response_id: str) -> BlobEventWriter | None:
@@ -141,16 +121,8 @@ class BlobEventLog:
 
     async def _list(self, rid: str) -> tuple[dict[int, int], dict[int, datetime]]:
         """Segment sizes and Last-Modified times by number (one listing call)."""
-        sizes: dict[int, int] = {}
-        written: dict[int, datetime] = {}
         self.storage_calls += 1
-        async for blob in self._container.list_blobs(name_starts_with=log_prefix(rid)):
-            number = segment_number(blob.name, rid)
-            if number is not None:
-                sizes[number] = int(blob.size or 0)
-                if blob.last_modified is not None:
-                    written[number] = blob.last_modified
-        return sizes, written
+        return await list_segments(self._container, rid)
 
     async def _tail(self, rid: str, segment: int, size: int) -> tuple[Tail, int]:
         """The last frames of a segment and its committed block count (usually one ranged read)."""
@@ -185,156 +157,15 @@ class BlobEventLog:
         event: JsonDict = json.loads(data)
         return seq + 1, event
 
-    # -- reading ------------------------------------------------------------------------------------
-    @translate_errors
+    # -- reading (see :mod:`.eventreader`) ---------------------------------------------------------------
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
-        """Head (for a read near the start), then tail, then index.
+        return await self.reader.read_after(response_id, starting_after)
 
-        0. A read that starts within the first few hundred events tries the head of segment 0 first:
-           one call answers it when the log fits the tail window (most logs), one more reads the tail.
-        1. List the log (sizes) and range-read the last ``tail_window`` bytes of the last segment: a
-           reconnect near the end of a long log is answered in these two calls, whatever the log's
-           length. 2. Otherwise download the offset index, start at the best hint and follow
-           next-segment markers. Why not the index first: on Azurite a download costs per block, and
-           the index gains one block per hint, so reading it whole on every reconnect grows with the
-           log; the tail window does not.
-        """
-        rid = validate_id(response_id, param="response_id")
-        if not isinstance(starting_after, int) or isinstance(starting_after, bool):
-            raise ValueError("starting_after must be an int")
-        after = max(-1, starting_after)
-        if after < self._tail_window // SMALL_EVENT_BYTES:  # the head of the log probably covers it
-            found = await self._read_single_segment(rid, after)
-            if found is not None:
-                return found
-        sizes, _ = await self._list(rid)
-        if not sizes:
-            raise NotFound(f"event log {rid!r} not found")
-        found = await self._read_from_tail(rid, sizes, after)
-        if found is not None:
-            return found
-        entry = best_entry(await self._read_index(rid), after)
-        return await self._read_from(rid, entry.segment, entry.offset, after, missing_ok=False)
+    async def read_first(self, response_id: str, starting_after: int) -> ReadResult:
+        return await self.reader.read_first(response_id, starting_after)
 
-    async def _read_single_segment(self, rid: str, after: int) -> ReadResult | None:
-        """The common log, one segment: read its first ``tail_window`` bytes (one call, which also tells
-        the segment's size); a log that fits is answered from them, a longer one from one more ranged read
-        of its tail. None (use the listing) when segment 0 is missing, ends with a next-segment marker, or
-        its tail window starts after ``after`` + 1."""
-        blob = self._blob(segment_blob(rid, 0))
-        self.storage_calls += 1
-        try:
-            downloader = await blob.download_blob(offset=0, length=self._tail_window)
-            head = await downloader.readall()
-        except ResourceNotFoundError:
-            return None
-        except HttpResponseError as error:
-            if error.status_code == 416:  # an empty segment: the log is being created
-                return ReadResult(cursor=ReadCursor(0, 0, after))
-            raise
-        size = _total_size(downloader.properties.content_range, len(head))
-        if size <= len(head):
-            scan = scan_frames(head, after)
-            if scan.next_segment is not None:
-                return None
-            return ReadResult(scan.events, ReadCursor(0, scan.consumed, scan.last_seq))
-        start = size - self._tail_window
-        data = await self._range(rid, 0, start)
-        if data is None:
-            return None
-        frames_at = first_frame_start(data, False)
-        first_seq = None if frames_at is None else first_event_seq(data[frames_at:])
-        if frames_at is None or first_seq is None or first_seq > after + 1:
-            return None
-        scan = scan_frames(data[frames_at:], after)
-        if scan.next_segment is not None:
-            return None
-        return ReadResult(scan.events, ReadCursor(0, start + frames_at + scan.consumed, scan.last_seq))
-
-    async def _read_from_tail(self, rid: str, sizes: dict[int, int], after: int) -> ReadResult | None:
-        """Answer from the last segment's tail window, or None when the window starts too late."""
-        last = max(sizes)
-        start = max(0, sizes[last] - self._tail_window)
-        if sizes[last] == 0:
-            return None if last > 0 else ReadResult(cursor=ReadCursor(0, 0, after))
-        data = await self._range(rid, last, start)
-        if data is None:
-            raise NotFound(f"event log {rid!r} not found")
-        at_zero = start == 0
-        frames_at = first_frame_start(data, at_zero)
-        if frames_at is None:
-            return None
-        first_seq = first_event_seq(data[frames_at:])
-        covers = (at_zero and last == 0) or (first_seq is not None and first_seq <= after + 1)
-        if not covers:
-            return None
-        scan = scan_frames(data[frames_at:], after)
-        result = ReadResult(scan.events, ReadCursor(last, start + frames_at + scan.consumed, scan.last_seq))
-        if scan.next_segment is None:
-            return result
-        # The last listed segment ends with a marker: a rollover is in progress (or crashed midway).
-        more = await self._read_from(rid, scan.next_segment, 0, scan.last_seq, missing_ok=True)
-        return ReadResult(result.events + more.events, more.cursor)
-
-    @translate_errors
     async def read_more(self, response_id: str, cursor: ReadCursor) -> ReadResult:
-        rid = validate_id(response_id, param="response_id")
-        # A cursor at the start of a later segment may be waiting for the rollover to create it.
-        pending_segment = cursor.offset == 0 and cursor.segment > 0
-        return await self._read_from(
-            rid, cursor.segment, cursor.offset, cursor.last_sequence_number, missing_ok=pending_segment
-        )
-
-    async def _read_index(self, rid: str) -> list[IndexEntry]:
-        self.storage_calls += 1
-        try:
-            downloader = await self._container.download_blob(index_blob(rid))
-            return parse_index(await downloader.readall())
-        except ResourceNotFoundError:
-            return []  # no hints: read from the start (segment 0 tells whether the log exists)
-
-    async def _read_from(
-        self, rid: str, segment: int, offset: int, skip_through: int, *, missing_ok: bool
-    ) -> ReadResult:
-        """Ranged reads from (segment, offset) to the end of the log, following next-segment markers."""
-        events: list[StoredEvent] = []
-        last_seq = skip_through
-        while True:
-            data = await self._range(rid, segment, offset)
-            if data is None:
-                if missing_ok:
-                    break
-                raise NotFound(f"event log {rid!r} not found")
-            scan = scan_frames(data, last_seq)
-            events.extend(scan.events)
-            last_seq = scan.last_seq
-            offset += scan.consumed
-            if scan.next_segment is None:
-                break
-            segment, offset, missing_ok = scan.next_segment, 0, True
-        return ReadResult(events=events, cursor=ReadCursor(segment, offset, last_seq))
-
-    def _blob(self, name: str) -> BlobClient:
-        """A cached client for a segment: tails poll the same blob many times, and a BlobClient (its pipeline
-        and generated client) costs more to build than many of the reads it serves."""
-        client = self._blob_clients.pop(name, None) or self._container.get_blob_client(name)
-        self._blob_clients[name] = client  # most recently used last
-        while len(self._blob_clients) > BLOB_CLIENT_CACHE:
-            self._blob_clients.pop(next(iter(self._blob_clients)))
-        return client
-
-    async def _range(self, rid: str, segment: int, offset: int) -> bytes | None:
-        """Bytes from ``offset`` to the end of a segment; b"" at or past the end; None if absent."""
-        self.storage_calls += 1
-        try:
-            downloader = await self._blob(segment_blob(rid, segment)).download_blob(offset=offset)
-            return await downloader.readall()
-        except ResourceNotFoundError:
-            return None
-        except HttpResponseError as error:
-            if error.status_code == 416:  # InvalidRange: past the end, or an empty blob
-                return b""
-            raise
+        return await self.reader.read_more(response_id, cursor)
 
     # -- deletion -----------------------------------------------------------------------------------
     @translate_errors

@@ -203,6 +203,9 @@ class CommittedBlock:
 class ReadResult:
     events: list[StoredEvent] = field(default_factory=list)
     cursor: ReadCursor = field(default_factory=lambda: ReadCursor(0, 0, -1))
+    # The read stopped before the end of the log it saw (a first read answered from the log's head, so the
+    # first event goes out after one ranged read): read on from ``cursor`` at once, not at the next poll.
+    more: bool = False
 
 
 class EventWriter(Protocol):
@@ -271,6 +274,11 @@ class EventLog(Protocol):
 
     async def read_after(self, response_id: str, starting_after: int) -> ReadResult:
         """Events with sequence_number > starting_after, by ranged reads from the offset index."""
+        ...
+
+    async def read_first(self, response_id: str, starting_after: int) -> ReadResult:
+        """A reconnect's first read: events after ``starting_after`` in as few reads as the log allows, possibly
+        not all of them (``more`` is then set: the rest comes from ``read_more`` with the cursor)."""
         ...
 
     async def read_more(self, response_id: str, cursor: ReadCursor) -> ReadResult:

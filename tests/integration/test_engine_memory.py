@@ -90,7 +90,7 @@ def _assert_contiguous_and_valid(events: list[dict[str, Any]]) -> None:
 def _calls(storage: Storage) -> dict[str, int]:
     """Round trips so far by store; the event log's own (opens, reads) apart from its writers' appends."""
     return {"responses": storage.responses.storage_calls, "items": storage.items.storage_calls,  # type: ignore[attr-defined]
-            "log": storage.events.storage_calls}  # type: ignore[attr-defined]
+            "log": storage.events.storage_calls + storage.events.reader.storage_calls}  # type: ignore[attr-defined]
 
 
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

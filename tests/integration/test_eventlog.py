@@ -182,16 +182,16 @@ async def test_storage_call_counts(storage: Storage, rid: str) -> None:
         await writer.append([delta()] * 32)
     # one block per append; a hint every 16 blocks, the first one creating the index (404, create, append)
     assert writer.storage_calls == 2 + 32 + 3 + 1
-    before = log.storage_calls
+    before = log.reader.storage_calls
     result = await log.read_after(rid, writer.next_sequence_number - 101)
     assert len(result.events) == 100
-    assert log.storage_calls - before == 2  # deep in the log: list + one ranged read of the tail
+    assert log.reader.storage_calls - before == 2  # deep in the log: list + one ranged read of the tail
     before = log.storage_calls
     opened = await log.open_writer(rid)
     assert log.storage_calls - before == 2 == opened.storage_calls  # list + tail read
-    before = log.storage_calls
+    before = log.reader.storage_calls
     await log.read_more(rid, result.cursor)
-    assert log.storage_calls - before == 1
+    assert log.reader.storage_calls - before == 1
 
 
 @pytest.mark.adapters("azurite")  # counts Azure round trips
@@ -201,14 +201,48 @@ async def test_a_log_that_fits_the_tail_window_is_read_in_one_call(storage: Stor
     for _ in range(20):
         await writer.append([delta()] * 5)
     for after in (101, -1, 0, 50, 100):
-        before = log.storage_calls
+        before = log.reader.storage_calls
         result = await log.read_after(rid, after)
-        assert log.storage_calls - before == 1
+        assert log.reader.storage_calls - before == 1
         assert_contiguous(result, after + 1, 100)
     more = await log.read_more(rid, result.cursor)  # the cursor of a one-call read resumes exactly
     assert more.events == []
     await writer.append([delta()])
     assert [e.sequence_number for e in (await log.read_more(rid, result.cursor)).events] == [101]
+
+
+async def test_read_first_then_read_more_reads_what_read_after_reads(storage: Storage, rid: str) -> None:
+    """A reconnect's first read may stop early (``more``); reading on from its cursor gives exactly the rest."""
+    log = storage.events
+    writer = await log.create(rid, [created()])
+    for _ in range(60):
+        await writer.append([delta("w" * 200)] * 5)  # ~90 KiB: longer than the 64 KiB head window
+    last = writer.next_sequence_number - 1
+    for after in (-1, 0, 40, last - 3, last, last + 5):
+        first = await log.read_first(rid, after)
+        events, cursor, more = list(first.events), first.cursor, first.more
+        while more:
+            rest = await log.read_more(rid, cursor)
+            events, cursor, more = events + rest.events, rest.cursor, rest.more
+        assert_contiguous(ReadResult(events, cursor), after + 1, last)
+        assert_contiguous(await log.read_after(rid, after), after + 1, last)
+        assert not (await log.read_after(rid, after)).more
+
+
+@pytest.mark.adapters("azurite")  # counts Azure round trips
+async def test_read_first_of_a_long_log_is_one_ranged_read_when_its_head_holds_the_event(storage: Storage,
+                                                                                       rid: str) -> None:
+    log = event_log(storage)
+    assert isinstance(log, BlobEventLog)
+    writer = await log.create(rid, [created()])
+    for _ in range(60):
+        await writer.append([delta("w" * 200)] * 5)
+    for after in (-1, 3, 100):
+        before = log.reader.storage_calls
+        first = await log.read_first(rid, after)
+        assert log.reader.storage_calls - before == 1
+        assert first.more and first.events[0].sequence_number == after + 1
+        assert first.cursor.offset < log.reader.tail_window
 
 
 async def test_packing_and_oversized_frames(storage: Storage, rid: str) -> None:

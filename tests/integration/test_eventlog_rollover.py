@@ -47,9 +47,9 @@ async def test_rollover_across_segments(storage: Storage, rid: str) -> None:
     )
     assert {entry.segment for entry in index} == {0, 1, 2, 3, 4}
     # Tail reads start in the last segment: segment 0 ends with a marker, so list, then read its tail.
-    before = log.storage_calls
+    before = log.reader.storage_calls
     tail = await log.read_after(rid, last - 2)
-    assert log.storage_calls - before == 3 and tail.cursor.segment == 4
+    assert log.reader.storage_calls - before == 3 and tail.cursor.segment == 4
 
     reopened = await log.open_writer(rid)
     assert reopened.next_sequence_number == last + 1
@@ -131,3 +131,23 @@ async def test_missing_index_reads_fall_back_and_the_next_hint_recreates_it(stor
     at = await (await container.download_blob(segment_blob(rid, entries[0].segment),
                                               offset=entries[0].offset)).readall()
     assert at.startswith(b"event: response.output_text.delta\nid: 5\n")
+
+
+async def test_a_first_read_that_stops_in_the_head_reads_on_across_segments(storage: Storage, rid: str) -> None:
+    """``read_first`` answered from the head of segment 0 (``more``), then ``read_more`` follows the
+    next-segment markers to the end: every event once, in order."""
+    container = storage.clients.container(storage.clients.events_container_name)
+    log = BlobEventLog(container, feed=storage.feed, max_blocks_per_segment=5, index_every=2, tail_window=1024)
+    writer = await log.create(rid, [created()])
+    for batch in range(22):
+        await writer.append([delta(f"b{batch} " + "w" * 200)] * 3)
+    last = writer.next_sequence_number - 1
+    for after in (-1, 0, 1):
+        first = await log.read_first(rid, after)
+        assert first.more and first.cursor.segment == 0, after
+        events, cursor, more = list(first.events), first.cursor, first.more
+        while more or cursor.last_sequence_number < last:
+            rest = await log.read_more(rid, cursor)
+            assert rest.events or rest.cursor != cursor, "no progress"
+            events, cursor, more = events + rest.events, rest.cursor, rest.more
+        assert [e.sequence_number for e in events] == list(range(after + 1, last + 1))

@@ -64,7 +64,7 @@ async def test_hostile_ids_are_rejected_before_any_storage_call(dead_storage: St
 
 
 async def test_hostile_ids_make_no_calls_on_live_storage(storage: Storage) -> None:
-    counters = [storage.responses, storage.items, storage.events]
+    counters = [storage.responses, storage.items, storage.events, storage.events.reader]
     before = [c.storage_calls for c in counters]  # type: ignore[attr-defined]
     for bad in HOSTILE:
         for call in calls_on(storage, bad):

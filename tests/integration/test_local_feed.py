@@ -1,6 +1,6 @@
 """Readers in the writer's process: committed blocks come through the in-process feed, storage stays the truth.
 
-Every test reads with its own ``BlobEventLog`` object, so ``reader_log.storage_calls`` counts the reader's
+Every test reads with its own ``BlobEventLog`` object, so ``reader_log.reader.storage_calls`` counts the reader's
 storage round trips only; the writer appends through ``storage.events`` (which publishes to the global feed).
 """
 
@@ -78,7 +78,7 @@ async def test_reader_in_the_writer_process_reads_storage_once(storage: Storage,
         await write_phase(writer)
         chunks = await asyncio.wait_for(reader, 10)
     assert sequence_numbers(chunks) == list(range(2 * APPENDS + 2))
-    assert log.storage_calls == 1  # one read of the (short) log up front, nothing per append
+    assert log.reader.storage_calls == 1  # one read of the (short) log up front, nothing per append
     assert len(chunks) <= APPENDS + 2  # one write per committed block, not one per frame
 
 
@@ -91,7 +91,7 @@ async def test_reader_elsewhere_polls_storage_and_gets_the_same_events(storage: 
     await write_phase(writer)
     chunks = await asyncio.wait_for(reader, 10)
     assert sequence_numbers(chunks) == list(range(2 * APPENDS + 2))
-    assert log.storage_calls > 3  # it had to poll
+    assert log.reader.storage_calls > 3  # it had to poll
 
 
 async def test_a_block_that_does_not_continue_the_reader_sends_it_to_storage(storage: Storage, rid: str) -> None:
@@ -141,7 +141,7 @@ async def test_the_stream_of_a_create_starts_from_the_created_block_without_read
         await write_phase(writer, appends=5)
         chunks = await asyncio.wait_for(reader, 10)
     assert sequence_numbers(chunks) == list(range(12))
-    assert log.storage_calls == 0
+    assert log.reader.storage_calls == 0
 
 
 async def test_a_run_expected_here_but_written_elsewhere_still_reaches_the_reader(storage: Storage, rid: str) -> None:
@@ -185,7 +185,7 @@ async def test_polls_stretch_with_the_load(storage: Storage, rid: str, state: st
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        counts[slack] = log.storage_calls
+        counts[slack] = log.reader.storage_calls
 
     await asyncio.gather(read_for(1.5, 1.0), read_for(1.5, 4.0))
     # widened: the first read, then polls 0.8 s apart (writing) or backing off from 0.2 s to 0.8 s (the others)
@@ -217,7 +217,7 @@ async def test_the_gap_after_a_phase_written_here_is_not_polled_the_moment_it_be
     finally:
         storage.feed.expect(rid, 0)
     assert sequence_numbers(chunks) == list(range(16))
-    assert log.storage_calls == 0
+    assert log.reader.storage_calls == 0
 
 
 async def test_after_a_phase_here_a_next_phase_written_elsewhere_still_reaches_the_reader(
@@ -234,7 +234,7 @@ async def test_after_a_phase_here_a_next_phase_written_elsewhere_still_reaches_t
     assert sequence_numbers(chunks) == list(range(12))
     # the first read, then the gap's first poll 0.3 s after the phase here ended finds the whole next phase
     # (on a slow machine a poll may land while it is written: one or two more); no polling at 20 ms
-    assert 2 <= log.storage_calls <= 4, log.storage_calls
+    assert 2 <= log.reader.storage_calls <= 4, log.reader.storage_calls
 
 
 async def test_two_readers_of_a_response_in_one_process_poll_storage_as_one(storage: Storage, rid: str) -> None:
@@ -251,7 +251,7 @@ async def test_two_readers_of_a_response_in_one_process_poll_storage_as_one(stor
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        return log.storage_calls
+        return log.reader.storage_calls
 
     pair_feed, lone_feed = CommittedFeed(), CommittedFeed()
     first, second, lone = await asyncio.gather(read_for(pair_feed, 1.5), read_for(pair_feed, 1.5),

@@ -1,12 +1,18 @@
-"""A reconnect (``GET …?stream=true&starting_after=N``) reads the log while the row is checked: two storage
-calls before the first event, and none for a request that fails its checks before storage. In the process
-that wrote the log, the log comes from memory and only the row is read. Against Azurite."""
+"""A reconnect (``GET …?stream=true&starting_after=N``) reads the log while the row is checked: one row read
+and one ranged read of the log before the first event (counted on the wire), and no storage call for a
+request that fails its checks before storage. In the process that wrote the log, the log comes from memory
+and only the row is read. Against Azurite."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import pytest
+from azure.core.pipeline.transport import AioHttpTransport
 
 from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import Engine
@@ -20,9 +26,9 @@ from tests.integration.conftest import NoDurable, rebuilt
 pytestmark = pytest.mark.azurite
 
 
-async def _finished_run(storage: Storage, settings: Settings) -> str:
+async def _finished_run(storage: Storage, settings: Settings, *, phases: int = 2, words: int = 5) -> str:
     body = {"model": "m", "input": "Reconnect, please.", "background": True,
-            "metadata": {"research_phases": "2", "words_per_phase": "5", "delta_delay_ms": "0"}}
+            "metadata": {"research_phases": str(phases), "words_per_phase": str(words), "delta_delay_ms": "0"}}
     created = await ResponsesService(storage, NoDurable(), settings).create(json.dumps(body).encode())
     rid = str(created.body["id"])
     engine = Engine(storage, ResearchAgent(settings), settings)
@@ -34,7 +40,7 @@ async def _finished_run(storage: Storage, settings: Settings) -> str:
 
 
 def _calls(storage: Storage) -> int:
-    return storage.responses.storage_calls + storage.events.storage_calls  # type: ignore[attr-defined,no-any-return]
+    return storage.responses.storage_calls + storage.events.reader.storage_calls  # type: ignore[attr-defined,no-any-return]
 
 
 async def test_a_reconnect_costs_two_storage_calls_before_its_first_event(storage: Storage,
@@ -63,7 +69,7 @@ async def test_a_malformed_reconnect_reads_no_log(storage: Storage, settings: Se
     with pytest.raises(ApiError) as raised:
         await ResponsesService(fresh, NoDurable(), settings).retrieve(response_id, query, {})
     assert raised.value.status == status
-    assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
+    assert fresh.events.reader.storage_calls == 0  # type: ignore[attr-defined]
 
 
 async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read(storage: Storage,
@@ -74,7 +80,7 @@ async def test_a_bad_starting_after_on_a_real_response_is_400_without_a_log_read
         await ResponsesService(fresh, NoDurable(), settings).retrieve(rid, {"stream": "true", "starting_after": "x"},
                                                                       {})
     assert raised.value.status == 400 and raised.value.param == "starting_after"
-    assert fresh.events.storage_calls == 0  # type: ignore[attr-defined]
+    assert fresh.events.reader.storage_calls == 0  # type: ignore[attr-defined]
 
 
 async def _reconnect(service: ResponsesService, rid: str, after: int) -> list[bytes]:
@@ -88,11 +94,11 @@ async def test_a_reconnect_to_the_process_that_wrote_the_log_reads_only_the_row(
     rid = await _finished_run(storage, settings)
     here = rebuilt(storage)  # same process: the feed remembers the log it published
     from_memory = await _reconnect(ResponsesService(here, NoDurable(), settings), rid, 3)
-    assert here.responses.storage_calls == 1 and here.events.storage_calls == 0  # type: ignore[attr-defined]
+    assert here.responses.storage_calls == 1 and here.events.reader.storage_calls == 0  # type: ignore[attr-defined]
     storage.feed.forget_log(rid)
     elsewhere = rebuilt(storage)
     from_storage = await _reconnect(ResponsesService(elsewhere, NoDurable(), settings), rid, 3)
-    assert elsewhere.events.storage_calls == 1  # type: ignore[attr-defined]
+    assert elsewhere.events.reader.storage_calls == 1  # type: ignore[attr-defined]
     assert from_memory == from_storage  # byte for byte what storage holds
     assert parse_frame(from_memory[0] + b"\n\n")[0] == 4
 
@@ -113,3 +119,74 @@ async def test_a_log_remembered_here_is_not_served_once_its_response_is_deleted(
     with pytest.raises(ApiError) as raised:
         await other_process.retrieve(deleted_here, {"stream": "true"}, {})
     assert raised.value.status == 404
+
+
+@dataclass
+class _Wire:
+    """Every HTTP request this process sends to storage, named by what it does (a counting transport)."""
+
+    requests: list[str] = field(default_factory=list)
+
+    def note(self, method: str, url: str, headers: Any) -> None:
+        path = unquote(urlsplit(url).path)
+        if "(PartitionKey=" in path and method == "GET":
+            self.requests.append("row read")
+        elif "comp=list" in url:
+            self.requests.append("blob list")
+        elif method == "GET" and ("x-ms-range" in headers or "Range" in headers):
+            self.requests.append("blob range read")
+        else:
+            self.requests.append(f"{method} {path}")
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> _Wire:
+    seen = _Wire()
+    send = AioHttpTransport.send
+
+    async def counting_send(self: AioHttpTransport, request: Any, **kwargs: Any) -> Any:
+        seen.note(request.method, request.url, request.headers)
+        return await send(self, request, **kwargs)
+
+    monkeypatch.setattr(AioHttpTransport, "send", counting_send)
+    return seen
+
+
+async def _first_event_calls(stream: AsyncIterator[bytes], wire: _Wire, start: int) -> tuple[list[str], list[int]]:
+    """The storage requests made before the stream's first chunk, and every sequence number it delivers."""
+    before_first: list[str] | None = None
+    chunks = []
+    async for chunk in stream:
+        if before_first is None:
+            before_first = wire.requests[start:]
+        chunks.append(chunk)
+    frames = b"".join(chunks).split(b"\n\n")[:-1]
+    return before_first or [], [parse_frame(frame + b"\n\n")[0] for frame in frames]
+
+
+async def test_a_reconnect_makes_one_row_read_and_one_range_read_before_its_first_event(
+        storage: Storage, settings: Settings, wire: _Wire) -> None:
+    """Over the wire, in a process that did not write the log: a log longer than the head window (so the first
+    read does not see its end), reconnects near its start and in its head, and every event after N arrives
+    once and in order, the terminal one last."""
+    rid = await _finished_run(storage, settings, phases=3, words=150)
+    storage.feed.forget_log(rid)
+    fresh = rebuilt(storage)
+    last = (await fresh.events.read_after(rid, -1)).cursor.last_sequence_number
+    assert (await fresh.events.read_after(rid, -1)).cursor.offset > fresh.events.reader.tail_window  # type: ignore[attr-defined]
+    for after in (-1, 3, 100):
+        start = len(wire.requests)
+        result = await ResponsesService(fresh, NoDurable(), settings).retrieve(
+            rid, {"stream": "true", "starting_after": str(after)}, {})
+        assert result.stream is not None
+        before_first, seqs = await _first_event_calls(result.stream, wire, start)
+        assert sorted(before_first) == ["blob range read", "row read"], (after, before_first)
+        assert seqs == list(range(after + 1, last + 1)), after
+    # Past the head window the log's end is found by a listing first (docs/PERFORMANCE.md, "Reconnect").
+    start = len(wire.requests)
+    result = await ResponsesService(fresh, NoDurable(), settings).retrieve(
+        rid, {"stream": "true", "starting_after": str(last - 5)}, {})
+    assert result.stream is not None
+    before_first, seqs = await _first_event_calls(result.stream, wire, start)
+    assert sorted(before_first) == ["blob list", "blob range read", "row read"], before_first
+    assert seqs == list(range(last - 4, last + 1))

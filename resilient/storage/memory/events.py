@@ -197,6 +197,9 @@ class MemoryEventLog:
             raise ValueError("starting_after must be an int")
         return await self._read(rid, 0, max(-1, starting_after))
 
+    async def read_first(self, response_id: str, starting_after: int) -> ReadResult:
+        return await self.read_after(response_id, starting_after)  # one call reads it all here
+
     async def read_more(self, response_id: str, cursor: ReadCursor) -> ReadResult:
         rid = validate_id(response_id, param="response_id")
         return await self._read(rid, cursor.offset, cursor.last_sequence_number)

@@ -59,12 +59,12 @@ class ResponseReader:
     """The read endpoints and the reading helpers the write endpoints share (one per app, like the service)."""
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
-                 repairer: Repairer | None = None, caches: WorkerState | None = None) -> None:
+                 repairer: Repairer | None = None, worker: WorkerState | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
-        self.caches = caches if caches is not None else WorkerState.sharing(storage)  # what this process knows
+        self.worker = worker if worker is not None else WorkerState.sharing(storage)  # what this process knows
 
     async def _wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
@@ -79,7 +79,7 @@ class ResponseReader:
                 async with asyncio.timeout(limit):
                     async for _ in tail_events(self.storage.events, record.response_id, -1, paces=WAITED_FOR,
                                                finished=self._finished_probe(record.response_id), start=created,
-                                               widen=self.caches.load_factor, feed=self.caches.feed):
+                                               widen=self.worker.load_factor, feed=self.worker.feed):
                         pass
             except TimeoutError:
                 log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
@@ -99,7 +99,7 @@ class ResponseReader:
         try:
             async for frame in tail_events(self.storage.events, record.response_id, starting_after,
                                            finished=self._finished_probe(record.response_id), start=start,
-                                           widen=self.caches.load_factor, feed=self.caches.feed):
+                                           widen=self.worker.load_factor, feed=self.worker.feed):
                 yield frame
             delivered = True
         finally:
@@ -120,7 +120,7 @@ class ResponseReader:
             except Exception:  # the run already forgot it after its grace period: nothing left to tell
                 log.info("client_done not delivered", extra={"response_id": response_id})
 
-        self.caches.detached.start(report(), "client_done")
+        self.worker.detached.start(report(), "client_done")
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
@@ -135,7 +135,7 @@ class ResponseReader:
         # A reconnect: read the log while the row is checked (one round trip instead of two before the first
         # event). Nothing read is sent unless the checks pass; they are made in the order a plain read makes them.
         starting_after = _starting_after(query, headers)
-        start = self.caches.remembered_log(response_id, starting_after)
+        start = self.worker.remembered_log(response_id, starting_after)
         first_read = None if start is not None else self._early_read(response_id, starting_after)
         try:
             record = await self._stored(response_id)
@@ -150,7 +150,7 @@ class ResponseReader:
         return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
                                                                 finished=self._finished_probe(response_id),
                                                                 start=start, first_read=first_read,
-                                                                widen=self.caches.load_factor, feed=self.caches.feed)),
+                                                                widen=self.worker.load_factor, feed=self.worker.feed)),
                           headers=dict(SSE_HEADERS))
 
     def _early_read(self, response_id: str, starting_after: int) -> asyncio.Future[ReadResult] | None:
@@ -175,7 +175,7 @@ class ResponseReader:
         or failed by a worker that died elsewhere) is found at most one phase plus the expectation (5 s,
         up to 20 s under load; see :func:`expect_next_activity`) later. A worker that dies takes this
         memory with it: its successor checks at once."""
-        if self.repairer is None or self.caches.run_here(response_id):
+        if self.repairer is None or self.worker.run_here(response_id):
             return
         await self.repairer.nudge(response_id)
 

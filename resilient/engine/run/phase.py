@@ -66,7 +66,7 @@ class PhaseParts(Protocol):
     tuning: Tuning
     liveness: Liveness
     runs: RunMemory
-    caches: WorkerState
+    worker: WorkerState
 
 
 async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline: float | None = None,
@@ -86,7 +86,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
         # staleness a running phase accepts.
         memo, writer = remembered
         record, checkpoints, request = memo.record, memo.checkpoints, memo.request
-        control = parts.caches.controls.fresh(response_id, parts.tuning.control_interval_s, time.monotonic()) \
+        control = parts.worker.controls.fresh(response_id, parts.tuning.control_interval_s, time.monotonic()) \
             or await storage.responses.get_control(response_id)
     else:
         record = await storage.responses.get(response_id)  # carries the control columns too
@@ -168,10 +168,10 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
                   deadline)
     denied = record.doc.get("resume") and not record.doc["resume"].get("approve")
     source = denial(record.doc) if denied else parts.agent.run_phase(context)
-    with parts.caches.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
+    with parts.worker.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
         try:
             stopped, failure, overtime, appender = await stream(
-                storage.responses, parts.tuning, parts.caches, response_id, claim, context, items, source, deadline,
+                storage.responses, parts.tuning, parts.worker, response_id, claim, context, items, source, deadline,
                 keep=ProgressWriter(storage, record, index))
         except Superseded as done:
             return steps.mark(summary(index, done.items, context.cancelled, context.pending_input_count,
@@ -202,7 +202,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
             await appender.finish(closing)  # with the deltas still waiting: one append
         else:
             await claim.append(closing)  # the agent said nothing: the closing events claim the log
-        parts.caches.expect_next_activity(response_id)
+        parts.worker.expect_next_activity(response_id)
     await record_phase(storage, record, offset + index, items, step=index if is_open else None,
                        state_in=(index, state))
     if len(items.items) == 1:

@@ -15,9 +15,9 @@ from resilient.http.service import HttpResult, ResponsesService, guarded
 from resilient.ids import new_response_id
 from resilient.settings import Settings
 from resilient.storage.factory import Storage
-from resilient.storage.memory import MemoryBackend
 from resilient.storage.ports import ACTIVE_STATUSES
 from tests.integration.conftest import new_conversation
+from tests.memory_storage import MemoryBackend
 
 pytestmark = pytest.mark.azurite
 STORAGE_ADAPTERS = ("azurite", "memory")  # also the chain/deletion contract of both adapters

@@ -32,10 +32,11 @@ in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) on
 has checkpointed its partial item, so a reader never sees ``cancelled`` without that item.
 
 Where each piece lives: :mod:`~resilient.engine.run.planning` (plan, resumed plan, queued),
-:mod:`~resilient.engine.run.phase` (one phase attempt), :mod:`~resilient.engine.run.pump` (the output pump),
-:mod:`~resilient.engine.run.claim` (claiming the log), :mod:`~resilient.engine.run.conclude` (finalize, settle a
-cancel, inspect), :mod:`~resilient.engine.run.runmemo` (what this process remembers of its runs) and
-:mod:`~resilient.engine.run.agent_request` (the agent's request). :class:`Engine` is the facade over them.
+:mod:`~resilient.engine.run.phase` (one phase attempt, top-down; the parts it calls are in
+:mod:`~resilient.engine.run.phase_record`, :mod:`~resilient.engine.run.claim`,
+:mod:`~resilient.engine.run.agent_request` and :mod:`~resilient.engine.run.pump`) and
+:mod:`~resilient.engine.run.conclude` (finalize, settle a cancel, inspect); what this process remembers of its
+runs is :mod:`~resilient.engine.run.runmemo`. :class:`Engine` is the facade over them.
 """
 
 from __future__ import annotations

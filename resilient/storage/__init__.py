@@ -5,6 +5,6 @@ the Azure SDK types stay inside this package.
 
 Modules: ``ports`` (Protocols, records), ``errors``, ``connection`` (clients from settings, SDK retry
 policy, transport-fault mapping), ``spill`` (large JSON to blobs), ``responses`` and ``items`` (Tables),
-``logformat``, ``eventwriter`` and ``eventlog`` (the append-blob event log), ``factory`` (``open_storage``),
-``memory`` (the same ports in memory, for tests).
+``logformat``, ``eventwriter`` and ``eventlog`` (the append-blob event log), ``factory`` (``open_storage``).
+The tests keep the same ports in memory (``tests/memory_storage``).
 """

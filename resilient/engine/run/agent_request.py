@@ -1,5 +1,5 @@
 """What the agent is given for a phase: its request (input items, the chain's history, the row's settings)
-and the phase's context, or, for a turn whose approval was denied, the short answer given in its place."""
+and the phase's context, or, for a turn whose approval was denied, the short answer given in its phase_row."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from resilient.agents.base import Agent, AgentRequest, Approval, PhaseContext, P
 from resilient.engine.chain import conversation_items
 from resilient.engine.chain.references import is_reference, resolve_references, stored_input_items
 from resilient.engine.chain.turns import STEERING_KEY
-from resilient.engine.run.phase_record import STATE_KEY, Place
+from resilient.engine.run.phase_record import STATE_KEY, PhaseRecord
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import Control, JsonDict, ResponseRecord
 
@@ -103,24 +103,24 @@ def previous_turn(record: ResponseRecord) -> str | None:
     return str(found) if found else None
 
 
-def phase_context(request: AgentRequest, record: ResponseRecord, place: Place, control: Control,
-                  output_so_far: list[JsonDict], state: Any, *, is_recovery: bool) -> PhaseContext:
+def phase_context(request: AgentRequest, phase_row: PhaseRecord, control: Control, output_so_far: list[JsonDict],
+                  state: Any, *, is_recovery: bool) -> PhaseContext:
     """What the agent's phase may look at; ``control`` is the row's control columns as the attempt read
     them (the pump keeps them live while the phase streams)."""
-    doc = record.doc
+    doc = phase_row.row.doc
     return PhaseContext(
         request=request,
-        plan=place.plan,
-        phase_index=place.plan_phase,
+        plan=phase_row.plan,
+        phase_index=phase_row.plan_phase,
         is_recovery=is_recovery,
         output_so_far=output_so_far,
         pending_input_count=control.pending_input_count,
         cancelled=control.cancel_requested,
-        approval=approval_for(doc, place.plan_phase),
+        approval=approval_for(doc, phase_row.plan_phase),
         state=state,
         is_steered_turn=bool(doc.get(STEERING_KEY)),
         conversation_chain_id=doc.get("chain_id"),
-        progress=place.progress,
+        progress=phase_row.progress,
     )
 
 

@@ -46,11 +46,12 @@ class LogEnd:
     crashed: bool
 
 
-async def take_log_end(storage: Storage, liveness: Liveness, record: ResponseRecord, index: int,
-                       writer: EventWriter | None, previous: list[JsonDict],
-                       deadline: float | None) -> LogEnd | list[JsonDict]:
-    """Where phase ``index``'s attempt starts in the log (``writer``: one kept by this process, else one
-    is opened). Returns the checkpoints instead when another attempt, still writing, finishes the phase.
+async def claim_log_end(storage: Storage, liveness: Liveness, record: ResponseRecord, index: int,
+                        writer: EventWriter | None, previous: list[JsonDict],
+                        deadline: float | None) -> Claim | list[JsonDict]:
+    """This attempt's claim on the end of the log, where phase ``index`` starts (``writer``: one kept by
+    this process, else one is opened). Returns the checkpoints instead when another attempt, still
+    writing, finishes the phase.
 
     The log does not end where the checkpoints say this phase starts (inside an item, or after an item
     that has no checkpoint yet): is its writer dead, or another delivery of this phase? (A live attempt
@@ -58,15 +59,14 @@ async def take_log_end(storage: Storage, liveness: Liveness, record: ResponseRec
     moment before that sees none and would otherwise stream the phase again.)"""
     writer = writer or await storage.events.open_writer(record.response_id)
     end = LogEnd(writer, *await head(storage, record, writer, previous))
-    if not end.head:
-        return end
-    found = await behind_live_writer(storage.events, storage.items, record.response_id, index, writer, liveness,
-                                     deadline)
-    if isinstance(found, list):
-        return found  # the live attempt finished the phase
-    if found is writer:
-        return end  # its writer is dead: take over
-    return LogEnd(found, *await head(storage, record, found, previous))  # it went quiet: take over
+    if end.head:
+        found = await behind_live_writer(storage.events, storage.items, record.response_id, index, writer,
+                                         liveness, deadline)
+        if isinstance(found, list):
+            return found  # the live attempt finished the phase
+        if found is not writer:  # it went quiet: take over from where it stopped
+            end = LogEnd(found, *await head(storage, record, found, previous))
+    return Claim(storage, liveness, record, index, end, previous, deadline)
 
 
 async def head(storage: Storage, record: ResponseRecord, writer: EventWriter,
@@ -92,7 +92,10 @@ class Claim:
     """
 
     def __init__(self, storage: Storage, liveness: Liveness, record: ResponseRecord, index: int, end: LogEnd,
-                 previous: list[JsonDict], items: PhaseItems, deadline: float | None = None) -> None:
+                 previous: list[JsonDict], deadline: float | None = None) -> None:
+        self.crashed = end.crashed  # the log showed a crash: an earlier attempt died inside an item
+        self.recovering = bool(end.head)  # the first append carries a recovery head: the phase runs again
+        self.items: PhaseItems | None = None  # the attempt's items, moved along when the log grew (see append)
         self._storage = storage
         self._liveness = liveness
         self._deadline = deadline
@@ -102,10 +105,14 @@ class Claim:
         self._head = end.head
         self._first_index = end.first_index
         self._previous = previous
-        self._items = items
         self.appended = False
         self._first_writer = end.writer
         self._calls_before = end.writer.storage_calls  # a kept writer carries earlier phases' calls
+
+    @property
+    def first_index(self) -> int:
+        """The first stream index this attempt may use."""
+        return self._first_index
 
     @property
     def writer(self) -> EventWriter:
@@ -150,7 +157,8 @@ class Claim:
                 self._head, first, _ = await head(storage, self._record, self._writer, self._previous)
                 shift = first - self._first_index
                 self._first_index = first
-                self._items.shift(shift)
+                if self.items is not None:
+                    self.items.shift(shift)
                 batch = [shifted(event, shift) for event in batch]
                 await asyncio.sleep(0.01)
         raise LostOwnership(f"could not claim the event log of {rid} for phase {self._index}")

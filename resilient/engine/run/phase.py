@@ -31,7 +31,7 @@ from resilient.agents.base import Agent, AgentRequest, PhaseContext, TransientAg
 from resilient.engine.run import recovery
 from resilient.engine.run.agent_request import agent_request, phase_context, phase_outputs
 from resilient.engine.run.batching import Appender, Tuning
-from resilient.engine.run.claim import Claim, Superseded, take_log_end
+from resilient.engine.run.claim import Claim, Superseded, claim_log_end
 from resilient.engine.run.liveness import Liveness
 from resilient.engine.run.phase_items import AgentOutputError, PhaseItems
 from resilient.engine.run.phase_record import (
@@ -39,10 +39,8 @@ from resilient.engine.run.phase_record import (
     MAX_STEPS,
     OPEN_KEY,
     TOO_MANY_STEPS_MESSAGE,
-    Place,
-    ProgressWriter,
+    PhaseRecord,
     locate,
-    record_checkpoint,
 )
 from resilient.engine.run.pump import stream
 from resilient.engine.run.runmemo import RunMemo, RunMemory
@@ -95,27 +93,27 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     start = await read_start(parts, response_id, index if position is None else position)
     record, control = start.record, start.control
     spans.set_current(chain_id=record.doc.get("chain_id"))
-    place = locate(record.doc, index, start.at, start.checkpoints)
-    early = answer_before_the_log(place, control)
+    phase_row = locate(parts.storage, record, index, start.at, start.checkpoints)
+    early = answer_before_the_log(phase_row, control)
     if early is not None:
         return early
-    previous = start.checkpoints[:place.at]
-    end = await take_log_end(parts.storage, parts.liveness, record, place.at, start.writer, previous, deadline)
-    if isinstance(end, list):  # another attempt, still writing, finished the phase meanwhile
-        return answer(place, end[place.at:], control.cancel_requested, control.pending_input_count)
-    refused = refuse_rerun(parts.agent, place, record, end.crashed)
+    previous = start.checkpoints[:phase_row.at]
+    claim = await claim_log_end(parts.storage, parts.liveness, record, phase_row.at, start.writer, previous,
+                                deadline)
+    if isinstance(claim, list):  # another attempt, still writing, finished the phase meanwhile
+        return answer(phase_row, claim[phase_row.at:], control.cancel_requested, control.pending_input_count)
+    refused = refuse_rerun(parts.agent, phase_row, record, claim.crashed)
     if refused is not None:
         return refused
     request = start.request or await agent_request(parts.storage, record)
-    state = start_state(place, start, request)
-    context = phase_context(request, record, place, control, previous, state, is_recovery=bool(end.head))
-    items = PhaseItems(end.first_index, {str(t.get("name")) for t in request.tools}, request.tool_choice,
-                       response_id=response_id)
-    claim = Claim(parts.storage, parts.liveness, record, place.at, end, previous, items, deadline)
-    streamed = await stream_phase(parts, place, record, claim, context, items, deadline)
+    state = start_state(phase_row, start, request)
+    context = phase_context(request, phase_row, control, previous, state, is_recovery=claim.recovering)
+    claim.items = items = PhaseItems(claim.first_index, {str(t.get("name")) for t in request.tools},
+                                     request.tool_choice, response_id=response_id)
+    streamed = await stream_phase(parts, phase_row, record, claim, context, items, deadline)
     if not isinstance(streamed, Streamed):
         return streamed  # superseded by another attempt, or the agent failed
-    output = await checkpoint(parts.storage, place, record, claim, items, previous, state)
+    output = await checkpoint(parts.storage, phase_row, claim, items, previous, state)
     kept = items.state.value if items.state is not None else (state if index > 0 else None)
     parts.runs.remember(RunMemo(record, request, output, kept))
     if written is not None:
@@ -123,7 +121,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     log.info("phase done", extra={"response_id": response_id, "phase": index, "items": len(items.items),
                                   "chars": sum(len(text_of(i)) for i in items.items),
                                   "storage_calls": claim.storage_calls})
-    return final_answer(parts.settings, place, items, context, streamed)
+    return final_answer(parts.settings, phase_row, items, context, streamed)
 
 
 @dataclass
@@ -172,45 +170,45 @@ def as_remembered(storage: Storage, runs: RunMemory, response_id: str,
     return memo, writer
 
 
-def answer_before_the_log(place: Place, control: Control) -> JsonDict | None:
+def answer_before_the_log(phase_row: PhaseRecord, control: Control) -> JsonDict | None:
     """The answer of an attempt that needs no log: too many steps, a finished phase (a re-delivery: return
     it, stream nothing; the runtime re-delivers the run's current step, a duplicate of an older one is
     answered too and its answer dropped), a finished or cancelled run, a steered one. Else None."""
-    if place.too_many_steps:
-        return {"index": place.index, "stop": "failed", "error": {
+    if phase_row.too_many_steps:
+        return {"index": phase_row.index, "stop": "failed", "error": {
             "code": "server_error", "message": TOO_MANY_STEPS_MESSAGE.format(limit=MAX_STEPS)}}
-    if place.finished is not None:
-        return answer(place, place.finished, control.cancel_requested, control.pending_input_count)
+    if phase_row.finished is not None:
+        return answer(phase_row, phase_row.finished, control.cancel_requested, control.pending_input_count)
     if control.status in TERMINAL_STATUSES or control.cancel_requested:
-        return {"index": place.index, "stop": "cancelled"}
+        return {"index": phase_row.index, "stop": "cancelled"}
     if control.pending_input_count > 0:
-        return {"index": place.index, "stop": "steered"}
+        return {"index": phase_row.index, "stop": "steered"}
     return None
 
 
-def refuse_rerun(agent: Agent, place: Place, record: ResponseRecord, crashed: bool) -> JsonDict | None:
+def refuse_rerun(agent: Agent, phase_row: PhaseRecord, record: ResponseRecord, crashed: bool) -> JsonDict | None:
     """A crashed attempt's phase is not run again for a non-background response (R8), nor for an agent
     whose steps must not run twice: the answer that fails the run. Else None."""
     if not crashed:
         return None
-    where = {"response_id": record.response_id, "phase": place.index}
+    where = {"response_id": record.response_id, "phase": phase_row.index}
     if not record.doc.get("background", False):
         log.warning("non-background crash", extra=where)
-        return {"index": place.index, "stop": "failed",
+        return {"index": phase_row.index, "stop": "failed",
                 "error": {"code": "server_error", "message": NON_BACKGROUND_CRASH_MESSAGE}}
     if not getattr(agent, "resumable", True):
         log.warning("crash of an agent that is not resumable", extra=where)
-        return {"index": place.index, "stop": "failed",
-                "error": {"code": "server_error", "message": NOT_RESUMABLE_MESSAGE.format(index=place.index)}}
+        return {"index": phase_row.index, "stop": "failed",
+                "error": {"code": "server_error", "message": NOT_RESUMABLE_MESSAGE.format(index=phase_row.index)}}
     return None
 
 
-def start_state(place: Place, start: Start, request: AgentRequest) -> Any:
+def start_state(phase_row: PhaseRecord, start: Start, request: AgentRequest) -> Any:
     """The agent state this step starts from: the chain's previous turn's (the first step), the one this
     process remembers its last step left, or the row's."""
-    if place.index == 0:
+    if phase_row.index == 0:
         return request.previous_state
-    return start.remembered_state if start.remembered else place.state_in_row
+    return start.remembered_state if start.remembered else phase_row.state_in_row
 
 
 @dataclass(frozen=True)
@@ -221,7 +219,7 @@ class Streamed:
     overtime: bool  # past the phase deadline
 
 
-async def stream_phase(parts: PhaseParts, place: Place, record: ResponseRecord, claim: Claim,
+async def stream_phase(parts: PhaseParts, phase_row: PhaseRecord, record: ResponseRecord, claim: Claim,
                        context: PhaseContext, items: PhaseItems, deadline: float | None) -> Streamed | JsonDict:
     """Stream the agent's outputs and close the phase's items in the log. Returns how it ended, or the
     answer of an attempt that ends without a checkpoint of its own (superseded, the agent failed).
@@ -232,30 +230,30 @@ async def stream_phase(parts: PhaseParts, place: Place, record: ResponseRecord, 
         try:
             stopped, failure, overtime, appender = await stream(
                 storage.responses, parts.tuning, parts.worker, response_id, claim, context, items, source, deadline,
-                keep=ProgressWriter(storage, record, place.index))
+                keep=phase_row.keep_progress)
         except Superseded as done:
-            return answer(place, done.items, context.cancelled, context.pending_input_count)
+            return answer(phase_row, done.items, context.cancelled, context.pending_input_count)
         except Exception as exc:
             log.warning("phase attempt failed: %s: %s", type(exc).__name__, exc,
-                        extra={"response_id": response_id, "phase": place.index})
+                        extra={"response_id": response_id, "phase": phase_row.index})
             raise
         if failure is not None:
-            return await failed_attempt(storage, response_id, place.at, record, claim, items, failure, appender)
+            return await failed_attempt(storage, response_id, phase_row.at, record, claim, items, failure, appender)
         if stopped and context.shutting_down:
             # No checkpoint: the step runs again on another worker (its attempt starts with a recovery reset),
             # and the item this attempt opened is closed now rather than left open for that one to close.
             if claim.appended:
                 await appender.finish(items.close("incomplete", ensure_item=False))
             log.warning("phase stopped: the worker is shutting down",
-                        extra={"response_id": response_id, "phase": place.index})
-            raise WorkerShuttingDown(f"the worker stopped step {place.index} to shut down; it runs again elsewhere")
+                        extra={"response_id": response_id, "phase": phase_row.index})
+            raise WorkerShuttingDown(f"the worker stopped step {phase_row.index} to shut down; it runs again elsewhere")
         status: ItemStatus = "incomplete" if stopped or overtime else "completed"
         try:
             # A step of an open plan may end with no item (a workflow superstep that said nothing): its
             # record in the row is then its checkpoint. A phase of a fixed plan always has one.
-            closing = items.close(status, ensure_item=not place.is_open)
+            closing = items.close(status, ensure_item=not phase_row.is_open)
         except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
-            return await failed_attempt(storage, response_id, place.at, record, claim, items, exc, appender)
+            return await failed_attempt(storage, response_id, phase_row.at, record, claim, items, exc, appender)
         if claim.appended:
             await appender.finish(closing)  # with the deltas still waiting: one append
         else:
@@ -264,15 +262,16 @@ async def stream_phase(parts: PhaseParts, place: Place, record: ResponseRecord, 
     return Streamed(stopped, overtime)
 
 
-async def checkpoint(storage: Storage, place: Place, record: ResponseRecord, claim: Claim, items: PhaseItems,
+async def checkpoint(storage: Storage, phase_row: PhaseRecord, claim: Claim, items: PhaseItems,
                      previous: list[JsonDict], state_in: Any) -> list[JsonDict]:
     """The phase's record in the row, then its output items (the checkpoint); the writer is kept for the
     run's next activity here. Returns the response's output so far."""
-    await record_checkpoint(storage, record, place, items, state_in)
+    await phase_row.record_checkpoint(items, state_in)
+    response_id = phase_row.row.response_id
     if len(items.items) == 1:
-        await storage.items.put_output_item(record.response_id, place.at, items.items[0])
+        await storage.items.put_output_item(response_id, phase_row.at, items.items[0])
     elif items.items:
-        await storage.items.put_output_items(record.response_id, place.at, items.items)
+        await storage.items.put_output_items(response_id, phase_row.at, items.items)
     storage.events.keep_writer(claim.writer)
     return [*previous, *items.items]
 
@@ -302,25 +301,25 @@ async def failed_attempt(
     return {"index": index, "stop": "failed", "error": error}
 
 
-def final_answer(settings: Settings, place: Place, items: PhaseItems, context: PhaseContext,
+def final_answer(settings: Settings, phase_row: PhaseRecord, items: PhaseItems, context: PhaseContext,
                  streamed: Streamed) -> JsonDict:
     """A checkpointed phase's answer: failed past the deadline, else its summary (an open plan's step
     counts one more step when it asked for another)."""
     if streamed.overtime:
-        log.warning("phase deadline", extra={"response_id": context.request.response_id, "phase": place.index})
+        log.warning("phase deadline", extra={"response_id": context.request.response_id, "phase": phase_row.index})
         seconds = settings.phase_deadline_seconds or 0.0
-        return {"index": place.index, "stop": "failed", "error": {
-            "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=place.index, seconds=seconds)}}
-    phases = place.index + (2 if items.more else 1) if place.is_open else place.phases
-    return answer(place, items.items, context.cancelled, context.pending_input_count, stopped=streamed.stopped,
+        return {"index": phase_row.index, "stop": "failed", "error": {
+            "code": "server_error", "message": PHASE_DEADLINE_MESSAGE.format(index=phase_row.index, seconds=seconds)}}
+    phases = phase_row.index + (2 if items.more else 1) if phase_row.is_open else phase_row.phases
+    return answer(phase_row, items.items, context.cancelled, context.pending_input_count, stopped=streamed.stopped,
                   phases=phases)
 
 
-def answer(place: Place, items: Sequence[JsonDict], cancelled: bool, pending: int, *,
+def answer(phase_row: PhaseRecord, items: Sequence[JsonDict], cancelled: bool, pending: int, *,
            stopped: bool | None = None, phases: int | None = None) -> JsonDict:
-    """The summary of phase ``place.index`` with these items: why it stopped (``stopped``: early, for a
+    """The summary of phase ``phase_row.index`` with these items: why it stopped (``stopped``: early, for a
     cancel or steer; by default, when its last item is incomplete), its size, how many phases the turn has
-    (``place.phases`` unless given); an open plan's step also says so and how many output items it left
+    (``phase_row.phases`` unless given); an open plan's step also says so and how many output items it left
     (the orchestrator adds them up into the next step's ``position``)."""
     kinds = {item.get("type") for item in items}
     if stopped is None:
@@ -334,9 +333,9 @@ def answer(place: Place, items: Sequence[JsonDict], cancelled: bool, pending: in
         stop = "cancelled"
     elif pending > 0 or stopped:
         stop = "steered"
-    found: JsonDict = {"index": place.index, "stop": stop, "chars": sum(len(text_of(i)) for i in items),
-                       "phases": place.phases if phases is None else phases}
-    if place.is_open:
+    found: JsonDict = {"index": phase_row.index, "stop": stop, "chars": sum(len(text_of(i)) for i in items),
+                       "phases": phase_row.phases if phases is None else phases}
+    if phase_row.is_open:
         found[OPEN_KEY] = True
         found[ITEMS_KEY] = len(items)
     return found

@@ -1,9 +1,9 @@
 """A phase's record in its response row: where the phase stands in its turn, and what it writes there.
 
-A phase attempt reads the row's document once (:func:`locate`: a :class:`Place`) and writes it twice at
-most: its progress while it streams (:class:`ProgressWriter`) and, just before its checkpoint, what the
-checkpoint does not hold (:func:`record_checkpoint`: token counts, a pause, the agent's state, an open
-plan's step record).
+A phase attempt reads the row's document once (:func:`locate`: a :class:`PhaseRecord`) and then writes
+through that object only: its progress while it streams (:meth:`PhaseRecord.keep_progress`) and, just
+before its checkpoint, what the checkpoint does not hold (:meth:`PhaseRecord.record_checkpoint`: token
+counts, a pause, the agent's state, an open plan's step record).
 
 Open plans (``Agent.open_plan``): the plan names one phase and every step runs it. A step that yields
 ``NextStep`` gets a successor, so each step's result tells the orchestrator how many steps there are so
@@ -16,7 +16,7 @@ answers the same without running again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import Phase
@@ -41,11 +41,14 @@ MAX_STEPS = 200
 TOO_MANY_STEPS_MESSAGE = "The agent did not finish within {limit} steps; the run was stopped."
 
 
-# ---------------------------------------------------------------------------------------------- reading
-@dataclass(frozen=True)
-class Place:
-    """Where phase ``index`` stands in its turn, as the row's document says (read once per attempt)."""
+# ---------------------------------------------------------------------------------------------- the record
+@dataclass
+class PhaseRecord:
+    """Phase ``index``'s record in its response row: what the row says about it (read once, by
+    :func:`locate`) and the writes its attempt makes there."""
 
+    storage: Storage = field(repr=False)
+    row: ResponseRecord = field(repr=False)  # the row as the attempt read it (its ETag starts the progress CAS)
     index: int  # this response's phase (or step) number, as the orchestrator counts
     at: int  # the output position of its first item
     is_open: bool  # an open plan: the phase is a step that decides whether another follows
@@ -55,6 +58,9 @@ class Place:
     finished: list[JsonDict] | None  # its own checkpointed items when it finished already, else None
     state_in_row: Any  # the agent state this step starts from, as the row says (see :func:`input_state`)
     progress: Any  # what an unfinished attempt of this step kept (SaveProgress), else None
+
+    def __post_init__(self) -> None:
+        self._known: ResponseRecord | None = self.row  # the progress CAS's newest row
 
     @property
     def plan_phase(self) -> int:
@@ -70,10 +76,61 @@ class Place:
     def too_many_steps(self) -> bool:
         return self.is_open and not 0 <= self.index < MAX_STEPS
 
+    async def keep_progress(self, value: Any) -> None:
+        """Keep this step's progress (``PROGRESS_KEY``).
 
-def locate(doc: JsonDict, index: int, at: int, checkpoints: list[JsonDict]) -> Place:
-    """Phase ``index``'s place, its first item at output position ``at``. Raises ``ValueError`` for a phase
+        A step that keeps progress keeps it often (a hosted agent: the model's decision, then each tool's
+        result), and nothing else writes the row's document while the step runs. So each write is one
+        compare-and-swap with the ETag the previous one returned (first: the row as the attempt read it),
+        and the row is read again only when the swap is lost (a cancel or a steering turn changed it)."""
+        changes = {PROGRESS_KEY: {"step": self.index, "value": value}}
+        responses, response_id = self.storage.responses, self.row.response_id
+
+        async def attempt() -> None:
+            try:
+                self._known = await responses.replace(self._known or await responses.get(response_id),
+                                                      doc_changes=changes)
+            except PreconditionFailed:
+                self._known = None  # read the row again
+                raise
+
+        await retry_cas(attempt, ROW_CAS_ATTEMPTS,
+                        lambda: PreconditionFailed(f"could not keep the progress of {response_id}"))
+
+    async def record_checkpoint(self, items: PhaseItems, state_in: Any) -> None:
+        """Before the checkpoint: the model's token counts of this phase, where a plan paused, the agent's
+        state and (an open plan) whether another step follows. Keyed by phase, or overwritten, so a phase
+        that runs again does not count twice; written before the checkpoint, so a finished step always has
+        them. ``state_in``: the state this step started from."""
+        phase, step = self.plan_phase, self.step
+        changes: JsonDict = {}
+        if items.state is not None:
+            changes[STATE_KEY] = items.state.value
+            # The state this step started from too: if the worker dies between this write and the checkpoint,
+            # the step runs again and must start where it started, not from its own result.
+            changes.update({STATE_STEP_KEY: self.index, STATE_INPUT_KEY: state_in})
+        if step is not None:
+            changes[STEPS_KEY] = {"last": step, "more": items.more, "items": len(items.items)}
+        if items.usage:
+            changes[f"usage_{phase}"] = {
+                "input_tokens": sum(u.input_tokens for u in items.usage),
+                "output_tokens": sum(u.output_tokens for u in items.usage),
+                "cached_tokens": sum(u.cached_tokens for u in items.usage),
+                "reasoning_tokens": sum(u.reasoning_tokens for u in items.usage),
+            }
+        if items.approval is not None:
+            changes["paused"] = {"phase": phase, "approval_request_id": items.approval["id"],
+                                 "name": items.approval["name"], "arguments": items.approval["arguments"]}
+        if changes:
+            count = (step, len(items.items)) if step is not None else None
+            await merge_doc(self.storage, self.row.response_id, changes,
+                            (lambda doc: with_step_items(doc, *count)) if count else None)
+
+
+def locate(storage: Storage, row: ResponseRecord, index: int, at: int, checkpoints: list[JsonDict]) -> PhaseRecord:
+    """Phase ``index``'s record, its first item at output position ``at``. Raises ``ValueError`` for a phase
     outside a fixed plan (an orchestrator bug, not an agent's answer)."""
+    doc = row.doc
     plan = [Phase.from_json(p) for p in doc.get("plan") or []]
     offset = int(doc.get("phase_offset", 0))
     open_plan = is_open(doc)
@@ -83,10 +140,11 @@ def locate(doc: JsonDict, index: int, at: int, checkpoints: list[JsonDict]) -> P
         phases, finished = known(doc, index), finished_items(doc, index, at, checkpoints)
     else:
         phases, finished = len(plan) - offset, (checkpoints[at:] if len(checkpoints) > at else None)
-    return Place(index, at, open_plan, plan, offset, phases, finished, input_state(doc, index),
-                 progress_for(doc, index))
+    return PhaseRecord(storage, row, index, at, open_plan, plan, offset, phases, finished, input_state(doc, index),
+                       progress_for(doc, index))
 
 
+# ---------------------------------------------------------------------------------------------- reading
 def is_open(doc: JsonDict) -> bool:
     return bool(doc.get(OPEN_PLAN_KEY))
 
@@ -144,67 +202,6 @@ def progress_for(doc: JsonDict, index: int) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- writing
-class ProgressWriter:
-    """Keeps step ``step``'s progress in its row (``PROGRESS_KEY``); call it with the value.
-
-    A step that keeps progress keeps it often (a hosted agent: the model's decision, then each tool's
-    result), and nothing else writes the row's document while the step runs. So each write is one
-    compare-and-swap with the ETag the previous one returned (first: the row as the attempt read it), and
-    the row is read again only when the swap is lost (a cancel or a steering turn changed the row meanwhile).
-    """
-
-    def __init__(self, storage: Storage, record: ResponseRecord, step: int) -> None:
-        self._storage = storage
-        self._response_id = record.response_id
-        self._known: ResponseRecord | None = record
-        self._step = step
-
-    async def __call__(self, value: Any) -> None:
-        changes = {PROGRESS_KEY: {"step": self._step, "value": value}}
-
-        async def attempt() -> None:
-            known = self._known or await self._storage.responses.get(self._response_id)
-            try:
-                self._known = await self._storage.responses.replace(known, doc_changes=changes)
-            except PreconditionFailed:
-                self._known = None  # read the row again
-                raise
-
-        await retry_cas(attempt, ROW_CAS_ATTEMPTS,
-                        lambda: PreconditionFailed(f"could not keep the progress of {self._response_id}"))
-
-
-async def record_checkpoint(storage: Storage, record: ResponseRecord, place: Place, items: PhaseItems,
-                            state_in: Any) -> None:
-    """Before the checkpoint: the model's token counts of this phase, where a plan paused, the agent's
-    state and (an open plan) whether another step follows. Keyed by phase, or overwritten, so a phase that
-    runs again does not count twice; written before the checkpoint, so a finished step always has them.
-    ``state_in``: the state this step started from."""
-    phase, step = place.plan_phase, place.step
-    changes: JsonDict = {}
-    if items.state is not None:
-        changes[STATE_KEY] = items.state.value
-        # The state this step started from too: if the worker dies between this write and the checkpoint,
-        # the step runs again and must start where it started, not from its own result.
-        changes.update({STATE_STEP_KEY: place.index, STATE_INPUT_KEY: state_in})
-    if step is not None:
-        changes[STEPS_KEY] = {"last": step, "more": items.more, "items": len(items.items)}
-    if items.usage:
-        changes[f"usage_{phase}"] = {
-            "input_tokens": sum(u.input_tokens for u in items.usage),
-            "output_tokens": sum(u.output_tokens for u in items.usage),
-            "cached_tokens": sum(u.cached_tokens for u in items.usage),
-            "reasoning_tokens": sum(u.reasoning_tokens for u in items.usage),
-        }
-    if items.approval is not None:
-        changes["paused"] = {"phase": phase, "approval_request_id": items.approval["id"],
-                             "name": items.approval["name"], "arguments": items.approval["arguments"]}
-    if changes:
-        count = (step, len(items.items)) if step is not None else None
-        await merge_doc(storage, record.response_id, changes,
-                        (lambda doc: with_step_items(doc, *count)) if count else None)
-
-
 def with_step_items(doc: JsonDict, step: int, items: int) -> JsonDict:
     """The row's per-step item counts with step ``step``'s (read from the row as it is now, so steps
     recorded by other processes stay)."""

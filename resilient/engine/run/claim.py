@@ -1,4 +1,4 @@
-"""Claiming a run's event log for one phase attempt: where the log ends (:func:`take_log_end`: a crash to
+"""Claiming a run's event log for one phase attempt: where the log ends (:func:`claim_log_end`: a crash to
 recover from, or another attempt still writing), what the attempt appends before its first item, and the
 fenced first append that claims the log (:class:`Claim`)."""
 

@@ -5,7 +5,7 @@
 2. :func:`~resilient.engine.run.phase_record.locate`: where the phase stands in its turn;
 3. :func:`answer_before_the_log`: a phase whose checkpoint exists is returned as is (no second stream); a
    cancelled or steered run stops here;
-4. :func:`~resilient.engine.run.claim.take_log_end`: a phase that finds events after the last checkpoint is
+4. :func:`~resilient.engine.run.claim.claim_log_end`: a phase that finds events after the last checkpoint is
    a *recovery* (``recovery.py``): it closes the item left open, appends ``response.in_progress`` carrying
    the snapshot as of the last checkpoint (clients drop their partial item, rule R4) and re-runs only this
    phase, as new items at new stream indexes; :func:`refuse_rerun`: non-background responses are not
@@ -102,7 +102,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
                                 deadline)
     if isinstance(claim, list):  # another attempt, still writing, finished the phase meanwhile
         return answer(phase_row, claim[phase_row.at:], control.cancel_requested, control.pending_input_count)
-    refused = refuse_rerun(parts.agent, phase_row, record, claim.crashed)
+    refused = refuse_rerun(parts.agent, phase_row, claim.crashed)
     if refused is not None:
         return refused
     request = start.request or await agent_request(parts.storage, record)
@@ -110,7 +110,7 @@ async def run_attempt(parts: PhaseParts, response_id: str, index: int, deadline:
     context = phase_context(request, phase_row, control, previous, state, is_recovery=claim.recovering)
     claim.items = items = PhaseItems(claim.first_index, {str(t.get("name")) for t in request.tools},
                                      request.tool_choice, response_id=response_id)
-    streamed = await stream_phase(parts, phase_row, record, claim, context, items, deadline)
+    streamed = await stream_phase(parts, phase_row, claim, context, items, deadline)
     if not isinstance(streamed, Streamed):
         return streamed  # superseded by another attempt, or the agent failed
     output = await checkpoint(parts.storage, phase_row, claim, items, previous, state)
@@ -186,11 +186,12 @@ def answer_before_the_log(phase_row: PhaseRecord, control: Control) -> JsonDict 
     return None
 
 
-def refuse_rerun(agent: Agent, phase_row: PhaseRecord, record: ResponseRecord, crashed: bool) -> JsonDict | None:
+def refuse_rerun(agent: Agent, phase_row: PhaseRecord, crashed: bool) -> JsonDict | None:
     """A crashed attempt's phase is not run again for a non-background response (R8), nor for an agent
     whose steps must not run twice: the answer that fails the run. Else None."""
     if not crashed:
         return None
+    record = phase_row.row
     where = {"response_id": record.response_id, "phase": phase_row.index}
     if not record.doc.get("background", False):
         log.warning("non-background crash", extra=where)
@@ -219,12 +220,13 @@ class Streamed:
     overtime: bool  # past the phase deadline
 
 
-async def stream_phase(parts: PhaseParts, phase_row: PhaseRecord, record: ResponseRecord, claim: Claim,
-                       context: PhaseContext, items: PhaseItems, deadline: float | None) -> Streamed | JsonDict:
+async def stream_phase(parts: PhaseParts, phase_row: PhaseRecord, claim: Claim, context: PhaseContext,
+                       items: PhaseItems, deadline: float | None) -> Streamed | JsonDict:
     """Stream the agent's outputs and close the phase's items in the log. Returns how it ended, or the
     answer of an attempt that ends without a checkpoint of its own (superseded, the agent failed).
     Raises :class:`WorkerShuttingDown` when SIGTERM stopped it (it runs again elsewhere)."""
-    storage, response_id = parts.storage, record.response_id
+    storage, record = parts.storage, phase_row.row
+    response_id = record.response_id
     source = phase_outputs(parts.agent, record.doc, context)
     with parts.worker.feed.writing(response_id):  # readers here get the phase from the feed, not by polling
         try:

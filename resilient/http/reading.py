@@ -20,7 +20,6 @@ from resilient.engine.chain.snapshot import response_object
 from resilient.engine.heal import unstored
 from resilient.engine.heal.repair import DurableControl, Repairer
 from resilient.engine.orchestration import terms as terms
-from resilient.engine.run.logtail import log_ended
 from resilient.engine.worker_state import WorkerState
 from resilient.http.paces import WAITED_FOR
 from resilient.http.results import HttpResult, translated
@@ -29,6 +28,7 @@ from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol.params import parse_bool, parse_int
 from resilient.settings import Settings
+from resilient.storage.logend import log_ended
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ReadResult, ResponseRecord
 
 if TYPE_CHECKING:

@@ -1,11 +1,10 @@
 """The house rules of ``resilient/``, checked on its source: small modules, small functions, imports one way.
 
 * No module over 350 lines and no function over 80 lines, so each reads in one sitting.
-* Imports run one way: a room (top-level module or subpackage) imports only from its own layer or the
-  layers below it (``LAYERS``, lowest first), and no module imports itself back through others (no
-  cycle, counting imports made inside functions and leaving out ``if TYPE_CHECKING:`` blocks, which
-  never run).
-* The orchestrator's folder imports nothing else of the engine: it is a plain generator with no I/O.
+* Imports run one way: a room (top-level module or subpackage; in ``engine/``, each folder and module)
+  imports only from its own layer or the layers below it (``LAYERS``, lowest first), and no module
+  imports itself back through others (no cycle, counting imports made inside functions and leaving out
+  ``if TYPE_CHECKING:`` blocks, which never run).
 """
 
 from __future__ import annotations
@@ -24,13 +23,20 @@ MAX_FUNCTION_LINES = 80
 LONG_MODULES_ALLOWED = {"storage/eventlog.py"}
 LONG_FUNCTIONS_ALLOWED = {"engine/run/pump.py::stream"}
 
-# Lowest first. A room may import from its own layer and the ones below, never from one above.
+# Lowest first. A room may import from its own layer and the ones below, never from one above. The engine's
+# rooms: the orchestrator (a plain generator with no I/O) and its terms under everything; the healing paths;
+# the chain's rules; a run and what a worker keeps in memory about runs (one layer: the run's parts use the
+# worker state, which holds the run memory and the shutdown signal they define); the facade on top.
 LAYERS: list[set[str]] = [
     {"ids", "limits", "logs", "typed_answers", "settings"},
     {"protocol", "telemetry"},
     {"storage"},
     {"agents", "checkpoints"},
-    {"engine"},
+    {"engine.orchestration"},
+    {"engine.heal"},
+    {"engine.chain"},
+    {"engine.run", "engine.worker_state"},
+    {"engine.activities", "engine"},
     {"http"},
     {"bootstrap"},
     {"functions"},
@@ -82,7 +88,10 @@ def known_module(dotted: str) -> str:
 
 
 def room(module: str) -> str:
+    """``resilient.storage.items`` → ``storage``; in the engine one level deeper: ``engine.run``."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "engine":
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -130,14 +139,6 @@ def test_no_import_cycle() -> None:
     for module in sorted(graph):
         if module not in state:
             walk(module, [module])
-
-
-def test_the_orchestrator_imports_nothing_else_of_the_engine() -> None:
-    for name, path in MODULES.items():
-        if name.startswith("resilient.engine.orchestration"):
-            others = sorted(module for module in runtime_imports(name, path) if module.startswith("resilient.engine")
-                            and not module.startswith("resilient.engine.orchestration"))
-            assert not others, f"{name} imports {others}"
 
 
 def test_the_rules_see_what_they_check() -> None:

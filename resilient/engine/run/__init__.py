@@ -12,6 +12,6 @@ Read in this order:
   * ``agent_request``: what the agent is given (its request and the phase's context);
   * ``pump`` (with ``batching`` and ``phase_items``): the agent's outputs into items and events, appended
     in group commits, with the control flags read on the way.
-* ``conclude`` (with ``logtail``): the one terminal transition and the single terminal event.
+* ``conclude``: the one terminal transition and the single terminal event.
 * ``runmemo``, ``shutdown``: what this worker remembers of the runs it drives, and stopping on SIGTERM.
 """

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.run import recovery
-from resilient.engine.run.logtail import append_at_end, log_ended
 from resilient.engine.worker_state import WorkerState
 from resilient.protocol import events as ev
 from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import LostOwnership, NotFound, PreconditionFailed
+from resilient.storage.logend import append_at_end, log_ended
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics
 

@@ -14,12 +14,12 @@ from resilient.agents.base import Agent, Phase
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.run.agent_request import agent_request
 from resilient.engine.run.conclude import ESTIMATED_USAGE_KEY
-from resilient.engine.run.logtail import append_at_end
 from resilient.engine.run.phase_record import OPEN_PLAN_KEY
 from resilient.engine.run.runmemo import RunMemo
 from resilient.engine.worker_state import WorkerState
 from resilient.protocol import events as ev
 from resilient.storage.errors import InvalidTransition
+from resilient.storage.logend import append_at_end
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
 
 if TYPE_CHECKING:

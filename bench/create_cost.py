@@ -45,9 +45,9 @@ BODY = json.dumps({
 async def _service(connection: str) -> tuple[ResponsesService, Storage]:
     settings = Settings.from_env({"AzureWebJobsStorage": connection,
                                   "RESILIENT_STORAGE_PREFIX": "cc" + secrets.token_hex(3)})
-    caches = WorkerState()  # what bootstrap wires for a worker
-    storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept)
-    service = ResponsesService(storage, NoDurable(), settings, caches=caches)  # NoDurable starts nothing (see above)
+    worker = WorkerState()  # what bootstrap wires for a worker
+    storage = await open_storage(settings, feed=worker.feed, controls=worker.controls, kept=worker.kept)
+    service = ResponsesService(storage, NoDurable(), settings, worker=worker)  # NoDurable starts nothing (see above)
     return service, storage
 
 

@@ -69,7 +69,8 @@ def storage_calls(worker: Worker) -> tuple[int, int]:
 
 async def reconnect(process: ProcessRuntime, worker: Worker, response_id: str, args: argparse.Namespace) -> None:
     if not args.remembered:
-        worker.caches.feed.forget_log(response_id)
+        state = getattr(worker, "state", None) or worker.caches  # type: ignore[attr-defined]  # older checkouts
+        state.feed.forget_log(response_id)
     response = await http_functions._operate(process, "retrieve", reconnect_request(response_id, args.after),
                                             UNUSED_BINDING, response_id)
     chunks = response.body_iterator  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""The one place that wires a worker: storage, the instance-local caches, the engine and the service.
+"""The one place that wires a worker: storage, the worker's in-memory state, the engine and the service.
 
 Why one place: every process-local cache (the run memo, the kept log writers, the control board, the
 committed feed with its recent-log memory, the on-demand repair throttle) must be the same object for
@@ -26,11 +26,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class Worker:
-    """What one worker event loop runs on: its storage, its caches and its engine."""
+    """What one worker event loop runs on: its storage, its in-memory state (caches, shutdown signal,
+    background tasks) and its engine."""
 
     storage: Storage
     engine: Engine
-    caches: WorkerState = field(repr=False)
+    state: WorkerState = field(repr=False)
 
     @property
     def settings(self) -> Settings:
@@ -41,19 +42,19 @@ class Worker:
         from resilient.http.service import ResponsesService
 
         return ResponsesService(self.storage, runtime, self.settings, repairer=repairer,
-                                on_created=self.engine.remember_created, caches=self.caches)
+                                on_created=self.engine.remember_created, worker=self.state)
 
 
-async def bootstrap(settings: Settings, agent: Agent, *, caches: WorkerState | None = None,
+async def bootstrap(settings: Settings, agent: Agent, *, state: WorkerState | None = None,
                     created: CreatedLocations | None = None) -> Worker:
-    """Open storage over one set of instance caches and build the engine over both. ``created``: the
+    """Open storage over one worker state (its caches) and build the engine over both. ``created``: the
     storage locations whose tables and containers this process created already (see
     :func:`~resilient.storage.factory.open_storage`).
 
     The storage SDKs load here, at the first activity or request, not when a new worker indexes the app."""
     from resilient.storage.factory import open_storage
 
-    caches = caches if caches is not None else WorkerState()
-    storage = await open_storage(settings, feed=caches.feed, controls=caches.controls, kept=caches.kept,
+    state = state if state is not None else WorkerState()
+    storage = await open_storage(settings, feed=state.feed, controls=state.controls, kept=state.kept,
                                  created=created)
-    return Worker(storage, Engine(storage, agent, settings, caches=caches), caches)
+    return Worker(storage, Engine(storage, agent, settings, worker=state), state)

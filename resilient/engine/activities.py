@@ -32,10 +32,11 @@ in progress; the run sets ``cancelled`` itself (:meth:`Engine.settle_cancel`) on
 has checkpointed its partial item, so a reader never sees ``cancelled`` without that item.
 
 Where each piece lives: :mod:`~resilient.engine.run.planning` (plan, resumed plan, queued),
-:mod:`~resilient.engine.run.phase` (one phase attempt), :mod:`~resilient.engine.run.pump` (the output pump),
-:mod:`~resilient.engine.run.claim` (claiming the log), :mod:`~resilient.engine.run.conclude` (finalize, settle a
-cancel, inspect), :mod:`~resilient.engine.run.runmemo` (what this process remembers of its runs) and
-:mod:`~resilient.engine.run.agent_request` (the agent's request). :class:`Engine` is the facade over them.
+:mod:`~resilient.engine.run.phase` (one phase attempt, top-down; the parts it calls are in
+:mod:`~resilient.engine.run.phase_record`, :mod:`~resilient.engine.run.claim`,
+:mod:`~resilient.engine.run.agent_request` and :mod:`~resilient.engine.run.pump`) and
+:mod:`~resilient.engine.run.conclude` (finalize, settle a cancel, inspect); what this process remembers of its
+runs is :mod:`~resilient.engine.run.runmemo`. :class:`Engine` is the facade over them.
 """
 
 from __future__ import annotations
@@ -72,14 +73,14 @@ class Engine:
     what they share, so the bindings and tests see one object with stable names."""
 
     def __init__(self, storage: Storage, agent: Agent, settings: Settings, tuning: Tuning | None = None,
-                 *, caches: WorkerState | None = None) -> None:
+                 *, worker: WorkerState | None = None) -> None:
         self.storage = storage
         self.agent = agent
         self.settings = settings
         self.tuning = tuning or Tuning.from_settings(settings)
         self.liveness = Liveness()
-        self.caches = caches if caches is not None else WorkerState.sharing(storage)  # this process's memory of runs
-        self.runs = self.caches.runs
+        self.worker = worker if worker is not None else WorkerState.sharing(storage)  # this process's memory of runs
+        self.runs = self.worker.runs
 
     def remember_created(self, record: ResponseRecord, input_items: Sequence[JsonDict]) -> None:
         """The HTTP layer created this response in this process: its first phase, if it runs here too, need
@@ -91,7 +92,7 @@ class Engine:
 
     async def plan(self, response_id: str) -> JsonDict:
         """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
-        return await planning.plan(self.storage, self.agent, self.caches, response_id, self.settle_cancel)
+        return await planning.plan(self.storage, self.agent, self.worker, response_id, self.settle_cancel)
 
     async def mark_queued(self, response_id: str) -> JsonDict:
         """Append ``response.queued`` (once) for a turn that waits for its chain's lock."""
@@ -147,7 +148,7 @@ class Engine:
             written: list[JsonDict] = []
             summary = await run_attempt(self, response_id, index, deadline, written, position)
         except BaseException:
-            self.caches.feed.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
+            self.worker.feed.expect(response_id, 0)  # its retry comes after a durable timer, maybe elsewhere
             raise
         if summary.get("stop") == "cancelled":
             await self.settle_cancel(response_id)
@@ -166,7 +167,7 @@ class Engine:
         :func:`resilient.engine.run.conclude.finalize`."""
         with spans.activity_span("finalize", response_id, traceparent,
                                  {"outcome.status": str(outcome.get("status", "completed"))}) as span:
-            final = await conclude.finalize(self.storage, self.caches, response_id, outcome, output)
+            final = await conclude.finalize(self.storage, self.worker, response_id, outcome, output)
             span.set_attribute("status", str(final.get("status")))
             return final
 

@@ -1,5 +1,5 @@
-"""Everything one worker process keeps in memory about runs, behind one object: its caches, and the
-shutdown signal and background tasks it owns.
+"""Everything one worker process keeps in memory about runs, behind one object (:class:`WorkerState`):
+its caches, the repair throttle, and the shutdown signal and background tasks it owns.
 
 Each cache is an optimisation that lets this process skip a storage read. None of them is shared with
 other workers (on this host instance or another), so each may be stale about what another did; this is
@@ -21,10 +21,11 @@ what each may see stale, for how long, and why that is still correct:
   polls storage for what other instances write, and a remembered log is a true prefix of the stored log
   (any block not seen here forgets it; a row check on every reconnect sees deletions elsewhere), served for
   a bounded time. The "writing here / expected here" marks only pace readers; a wrong one costs latency.
-* ``repair_checks`` (:class:`~resilient.engine.heal.repair.Throttle`): when a client's read here last made this process
-  check a response's orchestration. Other instances keep their own, so a run is checked on demand at most
-  once per check interval per instance; a check reads storage and Durable and changes nothing when the run
-  is alive, so a second check elsewhere costs only its reads.
+* ``repair_checks`` (:class:`~resilient.engine.heal.repair.Throttle`, a throttle kept beside the caches):
+  when a client's read here last made this process check a response's orchestration. Other instances keep
+  their own, so a run is checked on demand at most once per check interval per instance; a check reads
+  storage and Durable and changes nothing when the run is alive, so a second check elsewhere costs only its
+  reads.
 
 A worker that dies takes all of it with it: its successor reads storage, as any other instance does.
 """
@@ -51,14 +52,21 @@ if TYPE_CHECKING:
 
 @dataclass
 class WorkerState:
-    """What one worker keeps in memory: the caches (see the module doc for what each may see stale), the
-    SIGTERM signal its running steps watch, and the background tasks it started.
+    """What one worker keeps in memory, every field:
 
-    Each object owns all of them; nothing is kept at module level. The wiring
-    (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and hands it to storage (the
-    feed, the control board and the kept writers, which storage reports to), the engine and the service
-    alike. :meth:`sharing` builds one over storage opened elsewhere: another engine or service of the same
-    process, with its own run memo."""
+    * ``feed``: blocks committed here, handed to readers here (a cache; with the recent-log cache inside);
+    * ``controls``: the last control columns seen here (a cache);
+    * ``runs``: what this process remembers of the runs it drives (a cache);
+    * ``kept``: the log writers kept between a run's activities (a cache);
+    * ``repair_checks``: when a read here last checked a run's orchestration (a throttle, not a cache);
+    * ``shutdown``: the SIGTERM signal its running steps watch (they stop and run again elsewhere);
+    * ``detached``: the background tasks it started, kept referenced until they finish.
+
+    The module doc says what each cache may see stale. Each object owns all of them; nothing is kept at
+    module level. The wiring (:func:`resilient.bootstrap.bootstrap`) builds one per worker event loop and
+    hands it to storage (the feed, the control board and the kept writers, which storage reports to), the
+    engine and the service alike (each names it ``worker``). :meth:`sharing` builds one over storage opened
+    elsewhere: another engine or service of the same process, with its own run memo."""
 
     feed: CommittedFeed = field(default_factory=CommittedFeed)
     controls: ControlBoard = field(default_factory=ControlBoard)
@@ -70,7 +78,7 @@ class WorkerState:
 
     @classmethod
     def sharing(cls, storage: Storage) -> WorkerState:
-        """Caches over the feed and the control board ``storage`` reports to (the rest new)."""
+        """A worker state over the feed and the control board ``storage`` reports to (the rest new)."""
         return cls(feed=storage.feed, controls=storage.controls)
 
     def load_factor(self) -> float:

@@ -50,4 +50,4 @@ def repairer(client: DurableClient, engine: Engine) -> Repairer:
     policy = RepairPolicy(missing_grace_seconds=settings.repair_grace_seconds,
                           check_interval_seconds=settings.repair_check_seconds)
     return Repairer(engine.storage, ClientRuntime(client), engine.finalize, policy,
-                    throttle=engine.caches.repair_checks)
+                    throttle=engine.worker.repair_checks)

@@ -95,7 +95,7 @@ def durable_blueprint(process: ProcessRuntime) -> DurableBlueprint:
             engine = await process.engine()
             await unstored.forget(engine.storage, response_id)
         history = ClientHistory(DurableClient(client))
-        engine.caches.detached.start(unstored.purge_history_when_done(history, response_id), "history purge")
+        engine.worker.detached.start(unstored.purge_history_when_done(history, response_id), "history purge")
         return {"forgotten": True}
 
     @bp.entity_trigger(context_name="context", entity_name=terms.CHAIN_LOCK_ENTITY)

@@ -1,4 +1,4 @@
-"""Per-process state the bindings share: the worker (settings, storage, caches, engine) per event loop, and
+"""Per-process state the bindings share: the worker (settings, storage, in-memory state, engine) per event loop, and
 the storage locations whose tables and containers this process created, held by one :class:`ProcessRuntime`
 that ``function_app.py`` builds. Everything a worker caches lives in its worker.
 
@@ -63,8 +63,8 @@ class ProcessRuntime:
                 found = await bootstrap(settings, self._agent_factory(settings), created=self._created)
                 if not self._workers:  # the process's first worker: one line, if runs resume
                     resume_notice.announce_detached(found.engine.storage, settings, time.time(),
-                                                    found.caches.detached)
+                                                    found.state.detached)
                 self._workers[key] = found
                 # SIGTERM (scale-in, host stop): running steps stop and run again elsewhere (engine/run/shutdown.py)
-                found.engine.caches.shutdown.install(asyncio.get_running_loop())
+                found.engine.worker.shutdown.install(asyncio.get_running_loop())
         return found

@@ -20,7 +20,6 @@ from resilient.engine.chain.snapshot import response_object
 from resilient.engine.heal import unstored
 from resilient.engine.heal.repair import DurableControl, Repairer
 from resilient.engine.orchestration import terms as terms
-from resilient.engine.run.logtail import log_ended
 from resilient.engine.worker_state import WorkerState
 from resilient.http.paces import WAITED_FOR
 from resilient.http.results import HttpResult, translated
@@ -29,6 +28,7 @@ from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol.params import parse_bool, parse_int
 from resilient.settings import Settings
+from resilient.storage.logend import log_ended
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, CommittedBlock, ReadResult, ResponseRecord
 
 if TYPE_CHECKING:
@@ -61,12 +61,12 @@ class ResponseReader:
     The service holds one (built per request with it, around the request's Durable client)."""
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
-                 repairer: Repairer | None = None, caches: WorkerState | None = None) -> None:
+                 repairer: Repairer | None = None, worker: WorkerState | None = None) -> None:
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
         self.repairer = repairer  # on-demand repair of runs whose orchestration died (None: off)
-        self.caches = caches if caches is not None else WorkerState.sharing(storage)  # what this process knows
+        self.worker = worker if worker is not None else WorkerState.sharing(storage)  # what this process knows
 
     async def wait_for_terminal(self, record: ResponseRecord, created: CommittedBlock | None) -> dict[str, Any]:
         """A synchronous (non-background, non-stream) request: follow the log to its terminal event, but
@@ -81,7 +81,7 @@ class ResponseReader:
                 async with asyncio.timeout(limit):
                     async for _ in tail_events(self.storage.events, record.response_id, -1, paces=WAITED_FOR,
                                                finished=self._finished_probe(record.response_id), start=created,
-                                               widen=self.caches.load_factor, feed=self.caches.feed):
+                                               widen=self.worker.load_factor, feed=self.worker.feed):
                         pass
             except TimeoutError:
                 log.warning("synchronous request reached the time limit", extra={"response_id": record.response_id})
@@ -107,7 +107,7 @@ class ResponseReader:
         try:
             async for frame in tail_events(self.storage.events, record.response_id, starting_after,
                                            finished=self._finished_probe(record.response_id), start=start,
-                                           widen=self.caches.load_factor, feed=self.caches.feed):
+                                           widen=self.worker.load_factor, feed=self.worker.feed):
                 yield frame
             delivered = True
         finally:
@@ -128,7 +128,7 @@ class ResponseReader:
             except Exception:  # the run already forgot it after its grace period: nothing left to tell
                 log.info("client_done not delivered", extra={"response_id": response_id})
 
-        self.caches.detached.start(report(), "client_done")
+        self.worker.detached.start(report(), "client_done")
 
     # -------------------------------------------------------------- retrieve
     async def retrieve(self, response_id: str, query: Mapping[str, str], headers: Mapping[str, str]) -> HttpResult:
@@ -143,7 +143,7 @@ class ResponseReader:
         # A reconnect: read the log while the row is checked (one round trip instead of two before the first
         # event). Nothing read is sent unless the checks pass; they are made in the order a plain read makes them.
         starting_after = _starting_after(query, headers)
-        start = self.caches.remembered_log(response_id, starting_after)
+        start = self.worker.remembered_log(response_id, starting_after)
         first_read = None if start is not None else self._early_read(response_id, starting_after)
         try:
             record = await self.stored(response_id)
@@ -158,7 +158,7 @@ class ResponseReader:
         return HttpResult(200, stream=self._limited(tail_events(self.storage.events, response_id, starting_after,
                                                                 finished=self._finished_probe(response_id),
                                                                 start=start, first_read=first_read,
-                                                                widen=self.caches.load_factor, feed=self.caches.feed)),
+                                                                widen=self.worker.load_factor, feed=self.worker.feed)),
                           headers=dict(SSE_HEADERS))
 
     def _early_read(self, response_id: str, starting_after: int) -> asyncio.Future[ReadResult] | None:
@@ -183,7 +183,7 @@ class ResponseReader:
         or failed by a worker that died elsewhere) is found at most one phase plus the expectation (5 s,
         up to 20 s under load; see :func:`expect_next_activity`) later. A worker that dies takes this
         memory with it: its successor checks at once."""
-        if self.repairer is None or self.caches.run_here(response_id):
+        if self.repairer is None or self.worker.run_here(response_id):
             return
         await self.repairer.nudge(response_id)
 

@@ -82,12 +82,12 @@ class ResponsesService:
 
     def __init__(self, storage: Storage, runtime: DurableRuntime, settings: Settings, *,
                  repairer: Repairer | None = None, on_created: CreatedHook | None = None,
-                 caches: WorkerState | None = None) -> None:
-        self.reader = ResponseReader(storage, runtime, settings, repairer=repairer, caches=caches)
+                 worker: WorkerState | None = None) -> None:
+        self.reader = ResponseReader(storage, runtime, settings, repairer=repairer, worker=worker)
         self.storage = storage
         self.runtime = runtime
         self.settings = settings
-        self.caches = self.reader.caches  # one set of this process's caches for reads and writes
+        self.worker = self.reader.worker  # one view of this process's runs for reads and writes
         self._on_created = on_created  # the engine of this process remembers what it need not read back
 
     # -------------------------------------------------------------- retrieve
@@ -126,7 +126,7 @@ class ResponsesService:
         await self._start_run(response_id, _run_input(response_id, chain_id, doc, owns_lock, turns_ahead))
         await turns.steer(self.storage, turns_ahead, +1)
         if not turns_ahead:  # its first activity comes next, probably here; a queued turn waits for its lock
-            self.caches.expect_next_activity(response_id)
+            self.worker.expect_next_activity(response_id)
         log.info("created", extra={"response_id": response_id, "chain_id": chain_id,
                                    "background": request.background, "stream": request.stream})
         if request.stream:

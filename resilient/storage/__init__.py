@@ -5,6 +5,8 @@ the Azure SDK types stay inside this package.
 
 Modules: ``ports`` (Protocols, records), ``errors``, ``connection`` (clients from settings, SDK retry
 policy, transport-fault mapping), ``spill`` (large JSON to blobs), ``responses`` and ``items`` (Tables),
-``logformat``, ``eventwriter``, ``eventreader`` and ``eventlog`` (the append-blob event log), ``factory``
-(``open_storage``), ``memory`` (the same ports in memory, for tests).
+``logformat``, ``eventwriter``, ``eventreader`` and ``eventlog`` (the append-blob event log), ``cas`` and
+``logend`` (the retry loops of a row's compare-and-swap and of an append at the end of a log), ``factory``
+(``open_storage``).
+The tests keep the same ports in memory (``tests/memory_storage``).
 """

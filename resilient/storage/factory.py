@@ -6,15 +6,15 @@ most once per process and storage location, not on every open (cold-start cost, 
 request would be a wasted round trip): the caller passes the set of locations created so far (the
 process's, kept by :mod:`resilient.functions.runtime`), or none to create them now.
 
-:func:`build_storage` over a :class:`~resilient.storage.memory.MemoryBackend` instead of clients wires the
-in-memory stores (tests that exercise the engine rather than storage); production always opens clients.
+:func:`build_storage` wires the stores over clients opened elsewhere. The tests keep an in-memory adapter of
+the same ports (``tests/memory_storage``), which builds a :class:`Storage` of its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 from resilient.settings import Settings
 from resilient.storage.active import TableActiveIndex
@@ -26,11 +26,6 @@ from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.feed import CommittedFeed
 from resilient.storage.items import TableItemStore
 from resilient.storage.kept import KeptWriters
-from resilient.storage.memory.backend import MemoryBackend
-from resilient.storage.memory.conversations import MemoryConversationStore
-from resilient.storage.memory.events import MemoryEventLog
-from resilient.storage.memory.items import MemoryItemStore
-from resilient.storage.memory.rows import MemoryActiveIndex, MemoryChainStore, MemoryResponseStore
 from resilient.storage.ports import ActiveIndex, ChainStore, ConversationStore, EventLog, ItemStore, ResponseStore
 from resilient.storage.responses import TableResponseStore
 from resilient.storage.spill import JsonSpill
@@ -38,11 +33,18 @@ from resilient.storage.spill import JsonSpill
 CreatedLocations = set[tuple[str, str]]
 
 
+class SharedClients(Protocol):
+    """What the stores of one :class:`Storage` share and close together: the Azure clients
+    (:class:`StorageClients`), or a test adapter's stand-in for the storage account."""
+
+    async def close(self) -> None: ...
+
+
 @dataclass
 class Storage:
-    """The stores the engine and the HTTP layer program against, plus the clients they share (or, for the
-    in-memory stores, the :class:`MemoryBackend` they share), and the process-local feed and control board
-    the stores report to (the worker's, see :class:`~resilient.engine.worker_state.WorkerState`)."""
+    """The stores the engine and the HTTP layer program against, plus the clients they share, and the
+    process-local feed and control board the stores report to (the worker's, see
+    :class:`~resilient.engine.worker_state.WorkerState`)."""
 
     responses: ResponseStore
     items: ItemStore
@@ -50,7 +52,7 @@ class Storage:
     chains: ChainStore
     active: ActiveIndex
     conversations: ConversationStore
-    clients: StorageClients | MemoryBackend = field(repr=False)
+    clients: SharedClients = field(repr=False)
     feed: CommittedFeed = field(repr=False)
     controls: ControlBoard = field(repr=False)
 
@@ -66,15 +68,10 @@ class Storage:
         await self.close()
 
 
-def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFeed, controls: ControlBoard,
+def build_storage(clients: StorageClients, *, feed: CommittedFeed, controls: ControlBoard,
                   kept: KeptWriters | None = None) -> Storage:
     """Wire the Azure-backed stores over ``clients`` (no I/O), reporting to this process's caches: the feed
-    readers here follow, the control board running phases here watch, and the kept writers.
-
-    Over a :class:`MemoryBackend`, the in-memory stores with the same caches, except ``kept``: the memory
-    event log keeps its own writers (each ``Storage`` built plays one process)."""
-    if isinstance(clients, MemoryBackend):
-        return build_memory_storage(clients, feed=feed, controls=controls)
+    readers here follow, the control board running phases here watch, and the kept writers."""
     spill = JsonSpill(clients.container(clients.spill_container_name))
     return Storage(
         responses=TableResponseStore(clients.table(clients.responses_table_name), spill, controls=controls),
@@ -84,21 +81,6 @@ def build_storage(clients: StorageClients | MemoryBackend, *, feed: CommittedFee
         active=TableActiveIndex(clients.table(clients.active_table_name)),
         conversations=TableConversationStore(clients.table(clients.chains_table_name)),
         clients=clients,
-        feed=feed,
-        controls=controls,
-    )
-
-
-def build_memory_storage(backend: MemoryBackend, *, feed: CommittedFeed, controls: ControlBoard) -> Storage:
-    """The in-memory stores over ``backend`` (shared state: build twice to play two processes)."""
-    return Storage(
-        responses=MemoryResponseStore(backend, controls=controls),
-        items=MemoryItemStore(backend),
-        events=MemoryEventLog(backend, feed=feed),
-        chains=MemoryChainStore(backend),
-        active=MemoryActiveIndex(backend),
-        conversations=MemoryConversationStore(backend),
-        clients=backend,
         feed=feed,
         controls=controls,
     )

@@ -29,7 +29,7 @@ from resilient.storage.connection import RetryConfig, StorageClients
 from resilient.storage.controls import ControlBoard
 from resilient.storage.factory import Storage, build_storage, open_storage
 from resilient.storage.feed import CommittedFeed
-from resilient.storage.memory import MemoryBackend
+from tests.memory_storage import MemoryBackend, build_memory_storage, storage_over
 
 _ALPHABET = string.ascii_lowercase + string.digits
 CONNECTION = os.environ.get("AzureWebJobsStorage") or "UseDevelopmentStorage=true"
@@ -45,7 +45,7 @@ def unique_prefix() -> str:
 def rebuilt(storage: Storage) -> Storage:
     """Stores built again over the same clients or backend, reporting to the same feed and control board
     (another engine or service of the same worker: no kept writers of its own yet)."""
-    return build_storage(storage.clients, feed=storage.feed, controls=storage.controls)
+    return storage_over(storage.clients, feed=storage.feed, controls=storage.controls)
 
 
 async def new_conversation(storage: Storage) -> str:
@@ -101,7 +101,7 @@ async def stores_for(adapter: str, settings: Settings) -> AsyncIterator[Storage]
     """The stores of ``adapter``: in memory over a backend of their own, or on Azurite under ``settings``'s
     prefix (its tables and containers removed at the end)."""
     if adapter == "memory":
-        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+        yield build_memory_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
         return
     opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     try:
@@ -120,7 +120,7 @@ async def azurite_storage(settings: Settings) -> AsyncIterator[Storage]:
 @pytest.fixture(scope="session")
 def memory_storage() -> Storage:
     """The in-memory stores over one backend for the session (ids are unique, as on Azurite)."""
-    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+    return build_memory_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,10 @@ from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens
 from resilient.settings import Settings
 from resilient.storage.controls import ControlBoard
-from resilient.storage.factory import Storage, build_storage, open_storage
+from resilient.storage.factory import Storage, open_storage
 from resilient.storage.feed import CommittedFeed
-from resilient.storage.memory import MemoryBackend
 from tests.integration.conftest import NoDurable, new_conversation, rebuilt
+from tests.memory_storage import MemoryBackend, build_memory_storage
 
 pytestmark = pytest.mark.azurite
 
@@ -61,7 +61,7 @@ COUNTS = pytest.mark.adapters("azurite")
 @pytest.fixture(scope="module")
 async def storage(settings: Settings, storage_adapter: str) -> AsyncIterator[Storage]:
     if storage_adapter == "memory":
-        yield build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+        yield build_memory_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
         return
     opened = await open_storage(settings, feed=CommittedFeed(), controls=ControlBoard())
     yield opened

@@ -12,9 +12,9 @@ from resilient.protocol.sse import encode_frame
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
 from resilient.storage.eventlog import BlobEventLog
 from resilient.storage.factory import Storage
-from resilient.storage.memory import MemoryBackend
-from resilient.storage.memory.events import MAX_BLOCK_BYTES, MemoryEventLog
 from resilient.storage.ports import ReadResult
+from tests.memory_storage import MemoryBackend
+from tests.memory_storage.events import MAX_BLOCK_BYTES, MemoryEventLog
 
 pytestmark = pytest.mark.azurite
 STORAGE_ADAPTERS = ("azurite", "memory")  # the storage contract: both adapters must pass it

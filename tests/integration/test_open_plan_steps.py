@@ -125,10 +125,10 @@ async def test_a_step_that_dies_after_its_state_was_recorded_runs_again_from_its
 
     # The narrower window: the state record landed, the checkpoint did not. Replay it on a finished run's
     # row: step 2's record says it saved {"seen": 3}; a re-run of step 2 must still start from {"seen": 2}.
-    from resilient.engine.run import steps
+    from resilient.engine.run import phase_record
 
     doc = (await storage.responses.get(rid)).doc
-    assert steps.input_state(doc, 2) == {"seen": 2} and steps.input_state(doc, 3) == {"seen": 3}
+    assert phase_record.input_state(doc, 2) == {"seen": 2} and phase_record.input_state(doc, 3) == {"seen": 3}
 
 
 async def test_a_finished_step_delivered_again_answers_from_its_checkpoint(storage: Storage,

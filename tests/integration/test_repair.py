@@ -28,11 +28,11 @@ from resilient.protocol.events import TERMINAL_EVENT_TYPES, validate_event
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
 from resilient.storage.controls import ControlBoard
-from resilient.storage.factory import Storage, build_storage
+from resilient.storage.factory import Storage
 from resilient.storage.feed import CommittedFeed
-from resilient.storage.memory import MemoryBackend
 from tests.durable_standin import Durable, Injected
 from tests.integration.conftest import new_conversation
+from tests.memory_storage import MemoryBackend, build_memory_storage
 
 pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
 
@@ -54,7 +54,7 @@ def settings() -> Settings:
 def storage() -> Storage:
     """In memory: these tests exercise the engine and the service, not storage (the contract tests in
     test_eventlog/test_items/test_responses hold the memory adapter to the Azurite one)."""
-    return build_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
+    return build_memory_storage(MemoryBackend(), feed=CommittedFeed(), controls=ControlBoard())
 
 
 @dataclass

@@ -15,9 +15,9 @@ from resilient.http.service import HttpResult, ResponsesService, guarded
 from resilient.ids import new_response_id
 from resilient.settings import Settings
 from resilient.storage.factory import Storage
-from resilient.storage.memory import MemoryBackend
 from resilient.storage.ports import ACTIVE_STATUSES
 from tests.integration.conftest import new_conversation
+from tests.memory_storage import MemoryBackend
 
 pytestmark = pytest.mark.azurite
 STORAGE_ADAPTERS = ("azurite", "memory")  # also the chain/deletion contract of both adapters
@@ -167,7 +167,7 @@ async def test_a_store_false_turn_reads_its_chain_but_does_not_join_it(storage: 
     assert (await storage.responses.get_control(root)).pending_input_count == 0  # it steered nobody
     assert result.stream is not None
     await result.stream.aclose()  # never iterated: nothing to report yet (the grace timer covers it)
-    await service.caches.detached.wait()
+    await service.worker.detached.wait()
     assert runtime.events == []
 
 
@@ -180,7 +180,7 @@ async def test_a_client_leaving_a_store_false_stream_stops_the_run_and_reports(s
     first = await anext(result.stream)
     assert b"response.created" in first
     await result.stream.aclose()  # the client went away after the first event
-    await service.caches.detached.wait()
+    await service.worker.detached.wait()
     [rid] = runtime.started
     assert runtime.events == [(rid, "client_done", {"delivered": False})]
     control = await storage.responses.get_control(rid)

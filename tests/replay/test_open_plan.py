@@ -14,7 +14,7 @@ import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
 from resilient.engine.orchestration import orchestrator as orch
-from resilient.engine.run import steps
+from resilient.engine.run import phase_record
 from tests.replay.harness import History
 from tests.replay.vocabulary import Orchestration, calls_of
 
@@ -35,7 +35,7 @@ def agent(items_per_step: list[int], *, final: bool = True) -> Any:
                 index = args["index"]
                 last = index == len(items_per_step) - 1
                 result = {"index": index, "stop": None, "phases": index + (1 if last else 2),
-                          steps.OPEN_KEY: True, steps.ITEMS_KEY: items_per_step[index]}
+                          phase_record.OPEN_KEY: True, phase_record.ITEMS_KEY: items_per_step[index]}
                 if last and final and args.get("finalize"):
                     result["final"] = {"status": "completed"}
                 return ("ok", result)
@@ -49,7 +49,7 @@ def agent(items_per_step: list[int], *, final: bool = True) -> Any:
 
 
 def test_the_orchestrator_and_the_engine_agree_on_the_result_keys() -> None:
-    assert orch.OPEN_KEY == steps.OPEN_KEY and orch.ITEMS_KEY == steps.ITEMS_KEY
+    assert orch.OPEN_KEY == phase_record.OPEN_KEY and orch.ITEMS_KEY == phase_record.ITEMS_KEY
 
 
 def test_steps_run_until_one_says_it_is_the_last_each_at_its_output_position(handle: Any) -> None:

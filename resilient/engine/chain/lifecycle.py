@@ -19,12 +19,12 @@ from resilient.engine.chain import turns
 from resilient.engine.chain.refusals import Contended, Invalid, NotStored, Refused
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.heal import unstored
-from resilient.engine.run.logtail import log_ended
 from resilient.ids import RESPONSE_PREFIX, InvalidId, validate_id
 from resilient.protocol import errors
 from resilient.protocol import events as ev
 from resilient.storage.cas import CHAIN_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import InvalidTransition, NotFound
+from resilient.storage.logend import log_ended
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseRecord
 
 if TYPE_CHECKING:

@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient.engine.orchestration.terms import CHAIN_LOCK_ENTITY, FORGET_AFTER_KEY, OWNS_LOCK_KEY
-from resilient.engine.run.logtail import log_ended
 from resilient.storage.errors import NotFound, PreconditionFailed
+from resilient.storage.logend import log_ended
 from resilient.storage.ports import TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics
 

@@ -3,14 +3,15 @@
 Read in this order:
 
 * ``planning``: a turn's plan, persisted once; the run moves to ``in_progress``.
-* ``phase``: one attempt of one phase, top to bottom: read what is left, claim the log, stream, checkpoint.
-* ``claim`` (with ``logtail``, ``recovery`` and ``liveness``): taking the end of the event log for this
-  attempt, and what a recovered attempt appends first (the reset) or waits for (a live duplicate).
-* ``pump`` (with ``batching`` and ``phase_items``): the agent's outputs into items and events, appended in
-  group commits, with the control flags read on the way.
-* ``steps``: open plans, where each step decides whether another follows.
+* ``phase``: one attempt of one phase, top to bottom (its module doc lists the parts in call order); it
+  calls, each once or twice:
+  * ``phase_record``: where the phase stands in its turn (read once from the row) and what it writes to
+    the row (its progress while it streams, its record just before its checkpoint); open plans' rules;
+  * ``claim`` (with ``recovery`` and ``liveness``): where the log ends (a crash to recover from, another
+    attempt still writing), and the fenced first append that claims it;
+  * ``agent_request``: what the agent is given (its request and the phase's context);
+  * ``pump`` (with ``batching`` and ``phase_items``): the agent's outputs into items and events, appended
+    in group commits, with the control flags read on the way.
 * ``conclude``: the one terminal transition and the single terminal event.
-* ``progress``: what a step keeps as it goes (a model's decision, each tool's result), for its next attempt.
-* ``agent_request``, ``runmemo``, ``shutdown``: what the agent is given, what this worker remembers of the
-  run, and stopping on SIGTERM.
+* ``runmemo``, ``shutdown``: what this worker remembers of the runs it drives, and stopping on SIGTERM.
 """

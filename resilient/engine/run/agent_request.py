@@ -1,21 +1,23 @@
-"""Building the agent's request for a run: its input items, its chain's history and the row's settings."""
+"""What the agent is given for a phase: its request (input items, the chain's history, the row's settings)
+and the phase's context, or, for a turn whose approval was denied, the short answer given in its phase_row."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from resilient.agents.base import AgentRequest
+from resilient.agents.base import Agent, AgentRequest, Approval, PhaseContext, PhaseOutput
 from resilient.engine.chain import conversation_items
 from resilient.engine.chain.references import is_reference, resolve_references, stored_input_items
+from resilient.engine.chain.turns import STEERING_KEY
+from resilient.engine.run.phase_record import STATE_KEY, PhaseRecord
 from resilient.storage.errors import NotFound
-from resilient.storage.ports import JsonDict, ResponseRecord
+from resilient.storage.ports import Control, JsonDict, ResponseRecord
 
 if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
 MAX_HISTORY_TURNS = 50
-STATE_KEY = "agent_state"  # in a row's document: the last state the turn's agent saved (SaveState)
 
 # The create parameters that shape a model call, as the row's document keeps them (their OpenAI names).
 # An agent reads them as ``AgentRequest.params``; the sample agent's model path maps them onto its model call
@@ -99,3 +101,45 @@ def previous_turn(record: ResponseRecord) -> str | None:
     """The turn before this one on its chain (conversation or previous_response_id), if any."""
     found = record.doc.get("previous_turn") or record.doc.get("previous_response_id")
     return str(found) if found else None
+
+
+def phase_context(request: AgentRequest, phase_row: PhaseRecord, control: Control, output_so_far: list[JsonDict],
+                  state: Any, *, is_recovery: bool) -> PhaseContext:
+    """What the agent's phase may look at; ``control`` is the row's control columns as the attempt read
+    them (the pump keeps them live while the phase streams)."""
+    doc = phase_row.row.doc
+    return PhaseContext(
+        request=request,
+        plan=phase_row.plan,
+        phase_index=phase_row.plan_phase,
+        is_recovery=is_recovery,
+        output_so_far=output_so_far,
+        pending_input_count=control.pending_input_count,
+        cancelled=control.cancel_requested,
+        approval=approval_for(doc, phase_row.plan_phase),
+        state=state,
+        is_steered_turn=bool(doc.get(STEERING_KEY)),
+        conversation_chain_id=doc.get("chain_id"),
+        progress=phase_row.progress,
+    )
+
+
+def phase_outputs(agent: Agent, doc: JsonDict, context: PhaseContext) -> AsyncIterator[PhaseOutput]:
+    """The outputs the phase streams: the agent's, or the denial of a resumed turn whose approval was denied."""
+    resume = doc.get("resume")
+    return denial(doc) if resume and not resume.get("approve") else agent.run_phase(context)
+
+
+def approval_for(doc: JsonDict, phase: int) -> Approval | None:
+    """The approval a resumed turn carries, for the phase that asked (the first one it runs)."""
+    resume = doc.get("resume")
+    if not resume or not resume.get("approve") or phase != int(doc.get("phase_offset", 0)):
+        return None
+    return Approval(str(resume["approval_request_id"]), True, resume.get("reason"))
+
+
+async def denial(doc: JsonDict) -> AsyncIterator[PhaseOutput]:
+    """The one phase of a turn whose approval request was denied: a short message, no agent code."""
+    resume = doc["resume"]
+    reason = resume.get("reason")
+    yield f"Not approved: {resume.get('name') or 'the next step'} was not run" + (f" ({reason})." if reason else ".")

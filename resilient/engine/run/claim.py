@@ -1,10 +1,13 @@
-"""Claiming a run's event log for one phase attempt, and what the attempt appends before its first item."""
+"""Claiming a run's event log for one phase attempt: where the log ends (:func:`claim_log_end`: a crash to
+recover from, or another attempt still writing), what the attempt appends before its first item, and the
+fenced first append that claims the log (:class:`Claim`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from resilient.engine.chain.snapshot import response_object
@@ -31,6 +34,41 @@ class Superseded(Exception):
         self.items = items
 
 
+@dataclass(frozen=True)
+class LogEnd:
+    """The end of the log as this attempt takes it: the writer to append with, what to append before the
+    first item (a recovery head, or nothing at a phase boundary), the first stream index this attempt may
+    use, and whether the log shows a crash (it ends inside an item)."""
+
+    writer: EventWriter
+    head: list[JsonDict]
+    first_index: int
+    crashed: bool
+
+
+async def claim_log_end(storage: Storage, liveness: Liveness, record: ResponseRecord, index: int,
+                        writer: EventWriter | None, previous: list[JsonDict],
+                        deadline: float | None) -> Claim | list[JsonDict]:
+    """This attempt's claim on the end of the log, where phase ``index`` starts (``writer``: one kept by
+    this process, else one is opened). Returns the checkpoints instead when another attempt, still
+    writing, finishes the phase.
+
+    The log does not end where the checkpoints say this phase starts (inside an item, or after an item
+    that has no checkpoint yet): is its writer dead, or another delivery of this phase? (A live attempt
+    checkpoints right after its item's closing events; a duplicate delivery that read the checkpoints a
+    moment before that sees none and would otherwise stream the phase again.)"""
+    writer = writer or await storage.events.open_writer(record.response_id)
+    end = LogEnd(writer, *await head(storage, record, writer, previous))
+    if end.head:
+        found = await behind_live_writer(storage.events, storage.items, record.response_id, index, writer,
+                                         liveness, deadline)
+        if isinstance(found, list):
+            return found  # the live attempt finished the phase
+        if found is not writer:  # it went quiet: take over from where it stopped
+            end = LogEnd(found, *await head(storage, record, found, previous))
+    return Claim(storage, liveness, record, index, end, previous, deadline)
+
+
 async def head(storage: Storage, record: ResponseRecord, writer: EventWriter,
                previous: list[JsonDict]) -> tuple[list[JsonDict], int, bool]:
     """What this attempt must append before its first item, the first stream index it may use, and
@@ -53,22 +91,28 @@ class Claim:
     other writer used. Once an append lands, a later loss means this attempt is the zombie: it raises.
     """
 
-    def __init__(self, storage: Storage, liveness: Liveness, record: ResponseRecord, index: int,
-                 writer: EventWriter, head: list[JsonDict], first_index: int, previous: list[JsonDict],
-                 items: PhaseItems, deadline: float | None = None) -> None:
+    def __init__(self, storage: Storage, liveness: Liveness, record: ResponseRecord, index: int, end: LogEnd,
+                 previous: list[JsonDict], deadline: float | None = None) -> None:
+        self.crashed = end.crashed  # the log showed a crash: an earlier attempt died inside an item
+        self.recovering = bool(end.head)  # the first append carries a recovery head: the phase runs again
+        self.items: PhaseItems | None = None  # the attempt's items, moved along when the log grew (see append)
         self._storage = storage
         self._liveness = liveness
         self._deadline = deadline
         self._record = record
         self._index = index
-        self._writer = writer
-        self._head = head
-        self._first_index = first_index
+        self._writer = end.writer
+        self._head = end.head
+        self._first_index = end.first_index
         self._previous = previous
-        self._items = items
         self.appended = False
-        self._first_writer = writer
-        self._calls_before = writer.storage_calls  # a kept writer carries earlier phases' calls
+        self._first_writer = end.writer
+        self._calls_before = end.writer.storage_calls  # a kept writer carries earlier phases' calls
+
+    @property
+    def first_index(self) -> int:
+        """The first stream index this attempt may use."""
+        return self._first_index
 
     @property
     def writer(self) -> EventWriter:
@@ -113,7 +157,8 @@ class Claim:
                 self._head, first, _ = await head(storage, self._record, self._writer, self._previous)
                 shift = first - self._first_index
                 self._first_index = first
-                self._items.shift(shift)
+                if self.items is not None:
+                    self.items.shift(shift)
                 batch = [shifted(event, shift) for event in batch]
                 await asyncio.sleep(0.01)
         raise LostOwnership(f"could not claim the event log of {rid} for phase {self._index}")

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.run import recovery
-from resilient.engine.run.logtail import append_at_end, log_ended
 from resilient.engine.worker_state import WorkerState
 from resilient.protocol import events as ev
 from resilient.protocol.items import text_of
 from resilient.protocol.response import estimate_tokens, usage_for
 from resilient.storage.cas import ROW_CAS_ATTEMPTS, retry_cas
 from resilient.storage.errors import LostOwnership, NotFound, PreconditionFailed
+from resilient.storage.logend import append_at_end, log_ended
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
 from resilient.telemetry import metrics
 
@@ -33,7 +33,7 @@ log = logging.getLogger("resilient.engine")
 ESTIMATED_USAGE_KEY = "usage_estimated"  # in a row's document: the agent has no model to count tokens
 
 
-async def finalize(storage: Storage, caches: WorkerState, response_id: str, outcome: JsonDict,
+async def finalize(storage: Storage, worker: WorkerState, response_id: str, outcome: JsonDict,
                    output: Sequence[JsonDict] | None = None) -> JsonDict:
     """Decide the terminal status (CAS) and append the single terminal event (idempotent).
 
@@ -41,7 +41,7 @@ async def finalize(storage: Storage, caches: WorkerState, response_id: str, outc
     phase concluding the run in its own activity): the list storage would return, not read back. Any
     other caller passes nothing and the checkpoints are read, since a phase may have run elsewhere."""
     output = list(output) if output is not None else await storage.items.list_output_items(response_id)
-    memo = caches.runs.pop(response_id)
+    memo = worker.runs.pop(response_id)
     try:
         record = await conclude(storage, response_id, output, str(outcome.get("status", "completed")),
                                 outcome.get("error"), current=memo.record if memo is not None else None)
@@ -69,7 +69,7 @@ async def finalize(storage: Storage, caches: WorkerState, response_id: str, outc
         ended = False
     if ended and ending == [True]:  # counted once per run: a repeated finalize finds the event there
         metrics.RUNS_FINISHED.add(1, {"status": record.status})
-    caches.feed.expect(response_id, 0)
+    worker.feed.expect(response_id, 0)
     if ended:
         await leave_index(storage, response_id)
     log.info("finalized", extra={"response_id": response_id, "status": record.status})

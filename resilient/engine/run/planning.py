@@ -14,12 +14,12 @@ from resilient.agents.base import Agent, Phase
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.run.agent_request import agent_request
 from resilient.engine.run.conclude import ESTIMATED_USAGE_KEY
-from resilient.engine.run.logtail import append_at_end
+from resilient.engine.run.phase_record import OPEN_PLAN_KEY
 from resilient.engine.run.runmemo import RunMemo
-from resilient.engine.run.steps import OPEN_PLAN_KEY
 from resilient.engine.worker_state import WorkerState
 from resilient.protocol import events as ev
 from resilient.storage.errors import InvalidTransition
+from resilient.storage.logend import append_at_end
 from resilient.storage.ports import ACTIVE_STATUSES, TERMINAL_STATUSES, JsonDict, ResponseRecord
 
 if TYPE_CHECKING:
@@ -32,11 +32,11 @@ MAX_PHASES = 50
 SettleCancel = Callable[[str], Awaitable[None]]
 
 
-async def plan(storage: Storage, agent: Agent, caches: WorkerState, response_id: str,
+async def plan(storage: Storage, agent: Agent, worker: WorkerState, response_id: str,
                settle_cancel: SettleCancel) -> JsonDict:
     """Persist the plan (once) and move the response to ``in_progress``. Returns ``{"phases": n}``."""
     responses = storage.responses
-    memo = caches.runs.pop(response_id)
+    memo = worker.runs.pop(response_id)
     # The row carries the cancel flag too. A remembered one (the create in this process) may be stale:
     # then its CAS below loses, and the row the transition returns has the flag.
     record = memo.record if memo is not None else await responses.get(response_id)
@@ -77,8 +77,8 @@ async def plan(storage: Storage, agent: Agent, caches: WorkerState, response_id:
 
     storage.events.keep_writer(await append_at_end(storage.events, response_id, opening))
     if request is not None and not record.doc.get("agent_metadata"):
-        caches.runs.remember(RunMemo(record, request, []))
-        caches.expect_next_activity(response_id)
+        worker.runs.remember(RunMemo(record, request, []))
+        worker.expect_next_activity(response_id)
     log.info("planned", extra={"response_id": response_id, "phases": len(planned)})
     return {"phases": len(planned)}
 

@@ -18,7 +18,6 @@ from resilient.ids import validate_id
 from resilient.protocol.sse import encode_frame
 from resilient.storage.errors import AlreadyExists, LostOwnership, NotFound
 from resilient.storage.feed import CommittedFeed
-from resilient.storage.memory.backend import LogData, MemoryBackend, round_trip
 from resilient.storage.ports import (
     CommittedBlock,
     EventWriter,
@@ -27,6 +26,7 @@ from resilient.storage.ports import (
     ReadResult,
     StoredEvent,
 )
+from tests.memory_storage.backend import LogData, MemoryBackend, round_trip
 
 MAX_BLOCK_BYTES = 4 * 1024 * 1024  # an append blob's block limit: one frame may not exceed it
 KEPT_WRITERS = 1024

@@ -1,7 +1,7 @@
 """The state every in-memory store of one "storage account" shares: :class:`MemoryBackend`.
 
 Why one object: tests build a second ``Storage`` over the same account to play another process
-(``build_storage(storage.clients)``); both must see the same rows and logs but keep their own
+(``build_memory_storage(storage.clients, ...)``); both must see the same rows and logs but keep their own
 process-local caches (kept writers), exactly as with two sets of Azure clients.
 """
 

@@ -9,8 +9,8 @@ import json
 from resilient.ids import CONVERSATION_PREFIX, validate_id
 from resilient.storage.conversations import batch_key
 from resilient.storage.errors import AlreadyExists, NotFound, PreconditionFailed
-from resilient.storage.memory.backend import ConversationRows, MemoryBackend, round_trip
 from resilient.storage.ports import ConversationEdits, ConversationRecord
+from tests.memory_storage.backend import ConversationRows, MemoryBackend, round_trip
 
 
 def _cid(conversation_id: str) -> str:

@@ -15,8 +15,8 @@ from resilient.ids import validate_id
 from resilient.storage import cas
 from resilient.storage.controls import ControlBoard
 from resilient.storage.errors import NotFound, PreconditionFailed
-from resilient.storage.memory.backend import ChainRow, MemoryBackend, ResponseRow, frozen_json, round_trip, thawed_json
 from resilient.storage.ports import TERMINAL_STATUSES, ActiveEntry, ChainRecord, Control, JsonDict, ResponseRecord
+from tests.memory_storage.backend import ChainRow, MemoryBackend, ResponseRow, frozen_json, round_trip, thawed_json
 
 _ACTIVE_SHARDS = 16  # the Table adapter's partitions, kept only so listings come in the same order
 

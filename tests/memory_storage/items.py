@@ -14,8 +14,8 @@ from typing import Literal
 
 from resilient.ids import validate_id
 from resilient.storage.errors import NotFound
-from resilient.storage.memory.backend import ItemRows, MemoryBackend, frozen_json, round_trip, thawed_json
 from resilient.storage.ports import ItemPage, JsonDict
+from tests.memory_storage.backend import ItemRows, MemoryBackend, frozen_json, round_trip, thawed_json
 
 MAX_POSITION = 999_999
 _BATCH_OPS = 100

@@ -1,4 +1,8 @@
-"""Appending at the end of a run's event log, and telling whether the log has ended."""
+"""Appending at the end of a run's event log, and telling whether the log has ended.
+
+Beside :mod:`resilient.storage.cas` for the same reason: it is the retry loop of one kind of conditional
+write (a fenced append at the end of the log), over the ports alone, shared by planning, concluding,
+reading and repair."""
 
 from __future__ import annotations
 

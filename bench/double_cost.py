@@ -150,7 +150,7 @@ def explained_ms_per_event(result: dict[str, Any]) -> float:
     for kind, counters in CALL_KINDS.items():
         count = sum(result["calls_per_run"].get(counter, 0.0) for counter in counters)
         per_run += count * result["cpu_ms_per_call"][kind]
-    events_per_run = result["events"] / max(1, result["runs"])
+    events_per_run = float(result["events"]) / max(1, int(result["runs"]))
     return per_run / events_per_run
 
 

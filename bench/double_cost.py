@@ -8,15 +8,18 @@ cores with the worker and Azurite, so their CPU shows in the whole-run time. Thi
 * the host's storage calls per run, by kind (the double's own ``_double/stats`` counters);
 * CPU per call of each kind, made in process through that checkout's own ``Storage`` and ``Queues`` (the
   double's clients, against the same Azurite): an episode's history commit (4 events and the sentinel in
-  one table transaction), an instance-row upsert, a point read, a queue send + delete;
-* the host CPU those calls explain (calls per run × CPU per call, per event) beside the measured figure.
+  one table transaction, as each episode of this workload commits; also 1 and 8 events), an instance-row
+  upsert, a point read, a queue send + delete;
+* the host CPU those calls explain (calls per run × CPU per call, per event) beside the measured figure;
+* with ``--spy``, the host's busy time by layer (SDK transaction body, aiohttp, SDK request code, policies,
+  the double's own code, …) from py-spy samples of the thread holding the GIL during the runs.
 
 With ``--also <checkout>`` the other checkout (e.g. a ``git worktree`` of an older commit, sharing this
 ``.venv``) is measured in the same rounds, alternating, so the machine's noise hits both alike; each
 round starts a fresh double per checkout. Medians over ``--rounds``.
 
     AzureWebJobsStorage="$(bash scripts/azurite.sh connection-string NAME)" \\
-        .venv/bin/python bench/double_cost.py --runs 20 --rounds 3 [--also /work/wt/base]
+        .venv/bin/python bench/double_cost.py --runs 20 --rounds 3 [--spy] [--also ../other-checkout]
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,11 +42,27 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CALL_KINDS = {  # per-call kind measured in process → the ``_double/stats`` counters it stands for
-    "history commit (4 events + sentinel)": ("table.batch",),
+    "history commit (4 events + sentinel)": ("table.batch",),  # an episode of a run: 4 events (see docstring)
     "instance row write": ("table.upsert", "table.create_entity", "table.update"),
     "instance row read": ("table.get", "table.query"),
     "queue send + delete (per call)": ("queue.send", "queue.delete", "queue.update", "queue.receive"),
 }
+
+EXTRA_COMMIT_SIZES = (1, 8)  # how a transaction's CPU grows with its operations
+# Where the host's CPU goes, by the innermost frame of a py-spy sample that names one of these (``--spy``).
+LAYERS = (
+    ("table transaction: multipart body (email package)", r"_prepare_multipart_body_helper|Message\.as_bytes"),
+    ("table transaction: multipart answer", r"_get_raw_parts|_parse_response|parse_responses"),
+    ("aiohttp (the SDKs' transport)", r"aiohttp/|AioHttpTransport\.send|transport/_aiohttp\.py"),
+    ("SDK request building and answer parsing", r"_generated/|_serialization|model_base|_deserialize|"
+                                                r"_convert_to_entity|_decode_error|_models\.py|_entity\.py"),
+    ("SDK pipeline policies", r"pipeline/policies|_policies|policies_async|policies\.py|authentication|"
+                              r"_base_async\.py|_tools_async"),
+    ("SDK client methods", r"_table_client_async|_queue_client_async|decorator_async|_table_batch|"
+                           r"_base_client_async|blob/aio"),
+    ("the double's own code (backend model, proxy, event stream)", r"hostdouble/"),
+    ("uvicorn, starlette", r"uvicorn|starlette|httptools"),
+)
 
 
 def stream_run(http: Any, phases: int, words: int) -> int:
@@ -56,8 +77,31 @@ def stream_run(http: Any, phases: int, words: int) -> int:
     return events
 
 
-def measure_runs(checkout: Path, runs: int, phases: int, words: int) -> dict[str, Any]:
-    """CPU per event of each double process and storage calls per run, over ``runs`` sequential runs."""
+def spy_shares(path: Path) -> dict[str, float]:
+    """Share of the sampled busy time by :data:`LAYERS` (the innermost frame that matches names it)."""
+    import re
+
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        label = "other (event loop, sockets)"
+        for frame in reversed(stack.split(";")):
+            found = next((name for name, pattern in LAYERS if re.search(pattern, frame)), None)
+            if found:
+                label = found
+                break
+        counts[label] = counts.get(label, 0) + int(count)
+    total = sum(counts.values()) or 1
+    return {label: count / total for label, count in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
+def measure_runs(checkout: Path, runs: int, phases: int, words: int, spy: bool = False) -> dict[str, Any]:
+    """CPU per event of each double process and storage calls per run, over ``runs`` sequential runs.
+
+    ``spy``: py-spy samples the host meanwhile, only the thread holding the GIL (``--gil``), so a thread
+    descheduled inside a ``send()`` to Azurite does not count as busy, as it would in plain sampling."""
     import httpx
     import psutil
 
@@ -73,6 +117,12 @@ def measure_runs(checkout: Path, runs: int, phases: int, words: int) -> dict[str
         host = psutil.Process(int(before_stats["host_pid"]))
         procs = {"platform": host.parent(), "host": host, "worker": psutil.Process(int(before_stats["worker_pid"]))}
         time.sleep(0.5)  # the warm-up's tail (queue pollers backing off) stays out of the measurement
+        spy_path = Path(tempfile.mkdtemp(prefix="double-cost-")) / "host.txt"
+        spying = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(host.pid),
+                                   "-r", "400", "--gil", "-f", "raw", "-o", str(spy_path), "--nonblocking"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if spy else None
+        if spying is not None:
+            time.sleep(1.0)  # py-spy attaches
         before = {name: sum(proc.cpu_times()[:2]) for name, proc in procs.items() if proc is not None}
         started = time.perf_counter()
         events = sum(stream_run(http, phases, words) for _ in range(runs))
@@ -80,11 +130,15 @@ def measure_runs(checkout: Path, runs: int, phases: int, words: int) -> dict[str
         time.sleep(0.05)
         cpu = {name: sum(proc.cpu_times()[:2]) - before[name] for name, proc in procs.items() if proc is not None}
         after_stats = double.stats()
+        if spying is not None:
+            spying.send_signal(signal.SIGINT)
+            spying.wait(60)
     calls = {kind: (count - before_stats["storage_calls"].get(kind, 0)) / runs
              for kind, count in after_stats["storage_calls"].items()}
     return {"events": events, "wall_ms_per_run": wall * 1000 / runs,
             "cpu_ms_per_event": {name: value * 1000 / events for name, value in cpu.items()},
-            "calls_per_run": {kind: count for kind, count in calls.items() if count}}
+            "calls_per_run": {kind: count for kind, count in calls.items() if count},
+            "host_profile": spy_shares(spy_path) if spy and spy_path.exists() else {}}
 
 
 async def measure_calls(calls: int) -> dict[str, float]:
@@ -106,6 +160,16 @@ async def measure_calls(calls: int) -> dict[str, float]:
                                                         {1: uuid.uuid4().hex}, position["etag"], {"n": 1})
         position["index"] += 4
 
+    def commit_of(size: int) -> Callable[[], Awaitable[None]]:
+        other = "bench-" + uuid.uuid4().hex
+        mark: dict[str, Any] = {"etag": None, "index": 0}
+
+        async def call() -> None:
+            mark["etag"] = await storage.commit_history(other, "exec", mark["index"], [event] * size, {},
+                                                        mark["etag"], {"n": 1})
+            mark["index"] += size
+        return call
+
     async def upsert() -> None:
         await storage.write_instance(instance_id, {"RuntimeStatus": "Running", "Output": "null"})
 
@@ -117,6 +181,8 @@ async def measure_calls(calls: int) -> dict[str, float]:
 
     kinds: dict[str, Callable[[], Awaitable[None]]] = dict(zip(CALL_KINDS, (commit, upsert, read, send_delete),
                                                                 strict=True))
+    for size in EXTRA_COMMIT_SIZES:
+        kinds[f"history commit ({size} event{'s' if size > 1 else ''} + sentinel)"] = commit_of(size)
     per_call: dict[str, list[float]] = {name: [] for name in kinds}
     try:
         for call in kinds.values():
@@ -139,7 +205,7 @@ async def measure_calls(calls: int) -> dict[str, float]:
 def child(args: argparse.Namespace) -> None:
     checkout = Path(args.measure).resolve()
     sys.path.insert(0, str(checkout))
-    result = measure_runs(checkout, args.runs, args.phases, args.words)
+    result = measure_runs(checkout, args.runs, args.phases, args.words, spy=args.spy)
     result["cpu_ms_per_call"] = asyncio.run(measure_calls(args.calls))
     print(json.dumps(result))
 
@@ -167,11 +233,16 @@ def report(results: dict[str, list[dict[str, Any]]]) -> None:
     kinds = sorted({k for c in labels for r in results[c] for k in r["calls_per_run"]})
     for kind in kinds:
         rows.append((f"{kind} per run", [med([r["calls_per_run"].get(kind, 0.0) for r in results[c]]) for c in labels]))
-    for kind in CALL_KINDS:
-        rows.append((f"CPU per call: {kind} (ms)", [med([r["cpu_ms_per_call"][kind] for r in results[c]])
-                                                    for c in labels]))
+    for kind in sorted({k for c in labels for r in results[c] for k in r["cpu_ms_per_call"]}):
+        rows.append((f"CPU per call: {kind} (ms)", [med([r["cpu_ms_per_call"][kind] for r in results[c]
+                                                         if kind in r["cpu_ms_per_call"]]) for c in labels]))
     rows.append(("host CPU per event explained by storage calls (ms)",
                  [med([explained_ms_per_event(r) for r in results[c]]) for c in labels]))
+    layers = sorted({k for c in labels for r in results[c] for k in r.get("host_profile", {})})
+    for layer in layers:
+        rows.append((f"host busy samples: {layer} (%)", [
+            med([100 * r["host_profile"].get(layer, 0.0) for r in results[c] if r.get("host_profile")])
+            for c in labels]))
     width = max(len(name) for name, _ in rows)
     print(f"{'':{width}} | " + " | ".join(labels))
     for name, values in rows:
@@ -186,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", type=int, default=3)
     parser.add_argument("--words", type=int, default=48)
     parser.add_argument("--also", default=None, help="another checkout to measure in the same rounds")
+    parser.add_argument("--spy", action="store_true",
+                        help="py-spy (--gil) on the host during the runs: its busy time by layer")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # child mode: one checkout, one round
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= 500 or not 1 <= args.rounds <= 20:
@@ -199,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         for checkout in checkouts if round_ % 2 == 0 else list(reversed(checkouts)):
             command = [sys.executable, str(Path(__file__).resolve()), "--measure", str(checkout), "--runs",
                        str(args.runs), "--calls", str(args.calls), "--phases", str(args.phases), "--words",
-                       str(args.words)]
+                       str(args.words)] + (["--spy"] if args.spy else [])
             done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(done.stdout + done.stderr, file=sys.stderr)

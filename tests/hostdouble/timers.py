@@ -79,11 +79,18 @@ class TimerScheduler:
         self.log = log
         self.invoke = invoke
         self.container = storage.blobs.get_container_client(HOSTS_CONTAINER)
+        self._blobs: dict[str, Any] = {}  # blob clients by name, each made once
         self.runs: dict[str, dict[str, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
+    def _blob(self, name: str) -> Any:
+        blob = self._blobs.get(name)
+        if blob is None:
+            blob = self._blobs[name] = self.container.get_blob_client(name)
+        return blob
+
     def _status_blob(self, function: str) -> Any:
-        return self.container.get_blob_client(f"timers/{self.host_id}/Host.Functions.{function}/status")
+        return self._blob(f"timers/{self.host_id}/Host.Functions.{function}/status")
 
     async def _read_status(self, function: str) -> dict[str, Any] | None:
         self.storage.calls.add("blob.download")
@@ -132,7 +139,7 @@ class TimerScheduler:
             self.locks_held.discard(name)
 
     def _lock_blob(self, function: str) -> Any:
-        return self.container.get_blob_client(f"locks/{self.host_id}/Host.Functions.{function}.Listener")
+        return self._blob(f"locks/{self.host_id}/Host.Functions.{function}.Listener")
 
     async def _try_lock(self, function: str) -> BlobLeaseClient | None:
         blob = self._lock_blob(function)

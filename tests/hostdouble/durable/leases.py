@@ -43,13 +43,18 @@ class PartitionLeases:
         self.on_lost = on_lost
         self.container = storage.blobs.get_container_client(storage.names.lease_container)
         self.owned: dict[int, BlobLeaseClient] = {}
+        self._blobs: dict[int, Any] = {}  # one client per lease blob, made once (each costs ~0.06 ms to build)
         self.stolen = 0  # leases this host took from another live owner
         self.lost = 0  # leases this host could not renew (stolen from it, or expired)
         self._next_renew = self._next_take = 0.0
         self._task: asyncio.Task[None] | None = None
 
     def _blob(self, partition: int) -> Any:
-        return self.container.get_blob_client(f"default/{self.storage.names.control_queue(partition)}")
+        blob = self._blobs.get(partition)
+        if blob is None:
+            name = f"default/{self.storage.names.control_queue(partition)}"
+            blob = self._blobs[partition] = self.container.get_blob_client(name)
+        return blob
 
     async def _ensure_blobs(self) -> None:
         for partition in range(self.config.partition_count):

@@ -19,8 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "resilient"
 MAX_MODULE_LINES = 350
 MAX_FUNCTION_LINES = 80
 
-# Being split on other branches at the same time as this rule lands; the entries go once those merge.
-LONG_MODULES_ALLOWED = {"storage/eventlog.py"}
+# Being split on another branch at the same time as this rule lands; the entry goes once that merges.
+LONG_MODULES_ALLOWED: set[str] = set()
 LONG_FUNCTIONS_ALLOWED = {"engine/run/pump.py::stream"}
 
 # Lowest first. A room may import from its own layer and the ones below, never from one above. The engine's

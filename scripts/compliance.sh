@@ -24,7 +24,7 @@ for arg in "$@"; do
 done
 
 command -v node >/dev/null 2>&1 || { echo "compliance: Node.js 18+ is required" >&2; exit 1; }
-if ! curl -s -o /dev/null --max-time 5 "$BASE_URL/responses/resp_0" 2>/dev/null; then
+if command -v curl >/dev/null 2>&1 && ! curl -s -o /dev/null --max-time 5 "$BASE_URL/responses/resp_0"; then
   echo "compliance: no service answers at $BASE_URL: start it (bash scripts/run.sh) or set COMPLIANCE_BASE_URL" >&2
   exit 1
 fi

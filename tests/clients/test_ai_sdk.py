@@ -87,13 +87,14 @@ def test_image_and_file_in_prompt(api_base: str, provider: str, scenario: str) -
     assert f"[scope] Given 1 {scenario}." in result["text"], result["text"]
 
 
-def test_mcp_approval_with_store_true(api_base: str) -> None:
+@pytest.mark.parametrize("scenario", ["mcp-approval", "mcp-approval-stream"])
+def test_mcp_approval_with_store_true(api_base: str, scenario: str) -> None:
     """The SDK's tool approval in its default ``store: true`` mode: the paused response's
     ``mcp_approval_request`` reaches the user as a ``tool-approval-request``; the answer goes back as the whole
     history with an ``item_reference`` to the stored request and an ``mcp_approval_response``, without
     ``previous_response_id``, and the paused plan resumes at the phase that asked (the offline agent asks
-    before its last phase)."""
-    result = run_sdk(api_base, "openai", "mcp-approval")
+    before its last phase). ``generateText`` and ``streamText`` alike."""
+    result = run_sdk(api_base, "openai", scenario)
     first = result["first"]
     assert first["toolCalls"] == ["mcp.sources"] and len(first["approvals"]) == 1
     assert first["text"].startswith("[scope] ")

@@ -4,7 +4,10 @@ of each output item, tool and content part, and of each of the 24 streaming even
 event type fails its check). :func:`response_problems` and :func:`event_problems` return the list of what
 is wrong, empty when the CLI's schema would accept it.
 
-Fields whose schema has a default (``object``, every ``type``) may be absent, as in the CLI.
+Fields whose schema has a default (``object``, every ``type``) may be absent, as in the CLI. Where the
+suite's generated schemas and its OpenAPI document differ, the stricter holds: ``logprobs`` of an
+``output_text`` part and of the ``output_text`` delta and done events is required, as the generated files
+have it (the OpenAPI document lets it be absent).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ ITEMS: dict[str, Spec] = {
     "web_search_call": {"id": (STR,), "status": (STR,)},
 }
 PARTS: dict[str, Spec] = {
-    "input_text": {"text": (STR,)}, "output_text": {"text": (STR,), "annotations": (ARR,)}, "text": {"text": (STR,)},
+    "input_text": {"text": (STR,)}, "output_text": {"text": (STR,), "annotations": (ARR,), "logprobs": (ARR,)},
+    "text": {"text": (STR,)},
     "summary_text": {"text": (STR,)}, "reasoning_text": {"text": (STR,)}, "refusal": {"refusal": (STR,)},
     "input_image": {"image_url": (STR, NULL), "detail": (STR,)}, "input_file": {}, "input_video": {"video_url": (STR,)},
 }
@@ -54,8 +58,8 @@ EVENTS: dict[str, Spec] = {
     "response.content_part.done": {**_PART, "content_index": (INT,)},
     "response.reasoning_summary_part.added": {**_PART, "summary_index": (INT,)},
     "response.reasoning_summary_part.done": {**_PART, "summary_index": (INT,)},
-    "response.output_text.delta": {**_TEXT, "delta": (STR,)},
-    "response.output_text.done": {**_TEXT, "text": (STR,)},
+    "response.output_text.delta": {**_TEXT, "delta": (STR,), "logprobs": (ARR,)},
+    "response.output_text.done": {**_TEXT, "text": (STR,), "logprobs": (ARR,)},
     "response.refusal.delta": {**_TEXT, "delta": (STR,)},
     "response.refusal.done": {**_TEXT, "refusal": (STR,)},
     "response.reasoning.delta": {**_TEXT, "delta": (STR,)},

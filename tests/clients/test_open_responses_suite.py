@@ -120,4 +120,5 @@ def test_the_tables_refuse_what_the_cli_refuses() -> None:
     assert response_problems(loose_tool) == ["response.tools.0.strict: required"]
     assert event_problems({"type": "response.mcp_call.in_progress", "sequence_number": 1}) != []
     assert event_problems({"type": "response.output_text.delta", "sequence_number": 2, "item_id": "msg_1",
-                           "output_index": 0, "content_index": 0}) == ["response.output_text.delta.delta: required"]
+                           "output_index": 0, "content_index": 0, "delta": "x"}) == [
+        "response.output_text.delta.logprobs: required"]

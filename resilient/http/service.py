@@ -34,10 +34,12 @@ from resilient.engine.chain import conversations, lifecycle, references, turns
 from resilient.engine.chain.continuation import (
     HISTORY_IN_INPUT_KEY,
     Continuation,
+    answered_already,
     answered_turn,
     check_continuation,
 )
 from resilient.engine.chain.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
+from resilient.engine.chain.refusals import Refused
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.heal.repair import Repairer
 from resilient.engine.orchestration import terms as terms
@@ -146,9 +148,14 @@ class ResponsesService(ResponseReader):
         if chain_id is None:
             return response_id, None, []
         with translated(response_id):
-            turns_ahead, previous_turn = await turns.register_turn(
-                self.storage, chain_id, response_id, previous, is_conversation=request.conversation is not None,
-                steerable=self.settings.steerable_conversations)
+            try:
+                turns_ahead, previous_turn = await turns.register_turn(
+                    self.storage, chain_id, response_id, previous,
+                    is_conversation=request.conversation is not None, steerable=self.settings.steerable_conversations)
+            except Refused as refused:  # an approval answer that lost the race to another answer of its request
+                if refused.code == errors.CODE_FORK_NOT_SUPPORTED and _names_no_turn(request):
+                    raise answered_already(request) from None
+                raise
         return chain_id, previous_turn, turns_ahead
 
     def _draft_doc(self, request: CreateResponseRequest, items: list[dict[str, Any]], previous: str | None,

@@ -93,9 +93,17 @@ async def answered_turn(storage: Storage, request: CreateResponseRequest) -> Ans
     chain = await storage.chains.get(chain_id)
     newest = chain.latest_response_id or chain_id
     if newest != record.response_id and await turns.exists(storage, newest):
-        raise _invalid(f"The approval request {request_id} is no longer pending: a later turn continues its "
-                       "response.", param=param, code=errors.CODE_APPROVAL_NOT_FOUND)
+        raise answered_already(request)
     return AnsweredTurn(record.response_id, chain_id)
+
+
+def answered_already(request: CreateResponseRequest) -> Invalid:
+    """The refusal of an answer whose paused response a later turn continues already (found before the turn
+    is placed, or by the chain's compare-and-swap when two answers race)."""
+    answer = request.approval_responses()[0]
+    return _invalid(f"The approval request {errors.echo(answer.approval_request_id)} is no longer pending: a "
+                    "later turn continues its response.", code=errors.CODE_APPROVAL_NOT_FOUND,
+                    param=f"input[{request.items().index(answer)}].approval_request_id")
 
 
 async def check_continuation(

@@ -31,8 +31,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from resilient.engine.chain import conversations, lifecycle, references, turns
-from resilient.engine.chain.continuation import Continuation, check_continuation
+from resilient.engine.chain.continuation import (
+    HISTORY_IN_INPUT_KEY,
+    Continuation,
+    answered_already,
+    answered_turn,
+    check_continuation,
+)
 from resilient.engine.chain.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
+from resilient.engine.chain.refusals import Refused
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.heal.repair import Repairer
 from resilient.engine.orchestration import terms as terms
@@ -149,9 +156,14 @@ class ResponsesService:
         if chain_id is None:
             return response_id, None, []
         with translated(response_id):
-            turns_ahead, previous_turn = await turns.register_turn(
-                self.storage, chain_id, response_id, previous, is_conversation=request.conversation is not None,
-                steerable=self.settings.steerable_conversations)
+            try:
+                turns_ahead, previous_turn = await turns.register_turn(
+                    self.storage, chain_id, response_id, previous,
+                    is_conversation=request.conversation is not None, steerable=self.settings.steerable_conversations)
+            except Refused as refused:  # an approval answer that lost the race to another answer of its request
+                if refused.code == errors.CODE_FORK_NOT_SUPPORTED and _names_no_turn(request):
+                    raise answered_already(request) from None
+                raise
         return chain_id, previous_turn, turns_ahead
 
     def _draft_doc(self, request: CreateResponseRequest, items: list[dict[str, Any]], previous: str | None,
@@ -165,7 +177,7 @@ class ResponsesService:
             "stream": request.stream,
             "store": request.store,
             "metadata": request.metadata or {},
-            "previous_response_id": previous,
+            "previous_response_id": previous if request.previous_response_id else None,  # as the client sent it
             "conversation_id": request.conversation,
             "chain_id": chain_id,
             "previous_turn": previous_turn,
@@ -176,6 +188,8 @@ class ResponsesService:
         }
         if not request.store:
             doc[terms.FORGET_AFTER_KEY] = self.settings.unstored_grace_seconds
+        if previous is not None and _names_no_turn(request):  # an approval answer that resent its history
+            doc[HISTORY_IN_INPUT_KEY] = True
         return doc
 
     async def _write_draft(self, response_id: str, doc: dict[str, Any], items: list[dict[str, Any]], *,
@@ -210,7 +224,8 @@ class ResponsesService:
             raise errors.service_unavailable() from None
 
     async def _resolve_chain(self, request: CreateResponseRequest) -> tuple[str | None, str | None]:
-        """A chain is named by ``conversation`` or by following ``previous_response_id`` to its root."""
+        """A chain is named by ``conversation``, by following ``previous_response_id`` to its root, or by
+        the stored approval request an answer without either names (``continuation.answered_turn``)."""
         if request.conversation:  # it must exist (created with POST /conversations) and not be deleted
             try:
                 await conversations.live(self.storage, request.conversation)
@@ -220,7 +235,9 @@ class ResponsesService:
                                       code=errors.CODE_NOT_FOUND) from None
             return request.conversation, None
         if not request.previous_response_id:
-            return None, None
+            with translated(""):
+                answered = await answered_turn(self.storage, request)
+            return (answered.chain_id, answered.response_id) if answered is not None else (None, None)
         try:
             previous = await self.storage.responses.get(request.previous_response_id)
         except NotFound:
@@ -241,8 +258,9 @@ class ResponsesService:
             return Continuation()
         if previous is None and request.conversation is not None and chain_id is not None:
             previous = (await self.storage.chains.get(chain_id)).latest_response_id
+        reach = None if _names_no_turn(request) else chain_id  # an input that is its history: any stored item
         with translated(previous or ""):
-            return await check_continuation(self.storage, request, previous, chain_id=chain_id)
+            return await check_continuation(self.storage, request, previous, chain_id=reach)
 
     # ---------------------------------------------------------------- cancel
     async def cancel(self, response_id: str) -> HttpResult:
@@ -309,6 +327,11 @@ def _safe(value: str) -> bool:
         return True
     except InvalidId:
         return False
+
+
+def _names_no_turn(request: CreateResponseRequest) -> bool:
+    """Neither ``previous_response_id`` nor ``conversation``: the input is the turn's whole history."""
+    return request.previous_response_id is None and request.conversation is None
 
 
 def _run_input(response_id: str, chain_id: str | None, doc: dict[str, Any], owns_lock: bool,

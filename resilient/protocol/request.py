@@ -41,7 +41,7 @@ from pydantic import (
     model_validator,
 )
 
-from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, validate_id
+from resilient.ids import CONVERSATION_PREFIX, RESPONSE_PREFIX, InvalidId, response_of_item, validate_id
 from resilient.protocol import errors
 from resilient.protocol.create_params import CreateParams
 from resilient.protocol.errors import invalid_request
@@ -253,9 +253,12 @@ class CreateResponseRequest(CreateParams):
         approvals = 0
         seen_ids: set[str] = set()
         for i, item in enumerate(self.items()):
-            if isinstance(item, ApprovalResponse) and not continuing:
+            names_response = isinstance(item, ApprovalResponse) and response_of_item(item.approval_request_id)
+            if isinstance(item, ApprovalResponse) and not continuing and not names_response:
+                # Without either, the request's id must name its stored response (continuation.answered_turn).
                 _fail_value(f"input[{i}].approval_request_id", "an mcp_approval_response answers an earlier turn: "
-                            "send it with previous_response_id (or conversation).")
+                            "send it with previous_response_id (or conversation), or answer a stored approval "
+                            "request by its id.")
             if isinstance(item, ApprovalResponse):
                 approvals += 1
                 if approvals > 1:

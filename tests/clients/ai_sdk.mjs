@@ -3,7 +3,8 @@
 //   RESILIENT_CLIENT_BASE_URL=http://127.0.0.1:7071/v1 node tests/clients/ai_sdk.mjs <provider> <scenario>
 //
 // provider: "openai" (@ai-sdk/openai, openai.responses(model)) or "open-responses" (@ai-sdk/open-responses).
-// scenario: generate | stream | previous | tools | tools-stream | tools-nostore | image | file
+// scenario: generate | stream | previous | tools | tools-stream | tools-nostore | image | file | mcp-approval
+//           | mcp-approval-stream
 // tests/clients/test_ai_sdk.py runs it and asserts on the JSON. An SDK error is printed as
 // {"error": ...} with the status and body the service answered, and the exit code is 1.
 import { createOpenAI } from "@ai-sdk/openai";
@@ -75,6 +76,32 @@ async function streamed(args) {
   return summary({ text, finishReason, steps }, { textChunks: chunks.length });
 }
 
+// The SDK's tool approval with its default store: true: the second request resends the history with an
+// item_reference to the stored mcp_approval_request and an mcp_approval_response, without previousResponseId.
+// The offline agent asks before its last phase when metadata.require_approval is "true".
+async function approvalLoop(run) {
+  const prompt = "What do durable timers do?";
+  const providerOptions = { openai: { metadata: { ...KNOBS, require_approval: "true" } } };
+  const first = await run({ model, prompt, providerOptions });
+  const requests = first.content.filter((part) => part.type === "tool-approval-request");
+  const second = await run({
+    model, providerOptions,
+    messages: [
+      { role: "user", content: prompt },
+      ...first.response.messages,
+      { role: "tool", content: requests.map((request) => ({
+        type: "tool-approval-response", approvalId: request.approvalId, approved: true,
+        providerExecuted: true })) },  // an MCP tool runs on the service: the SDK sends the answer there
+    ],
+  });
+  return summary(second, {
+    first: { text: first.text, finishReason: first.finishReason, responseId: first.response.id,
+             approvals: requests.map((request) => request.approvalId),
+             toolCalls: first.toolCalls.map((c) => c.toolName) },
+    requestBody: second.request?.body ?? null,
+  });
+}
+
 const scenarios = {
   generate: async () => summary(await generateText({ model, prompt: "Say hello", providerOptions: options() })),
   stream: async () => streamed({ model, prompt: "Count from 1 to 5", providerOptions: options() }),
@@ -103,6 +130,15 @@ const scenarios = {
       { type: "image", image: PNG, mediaType: "image/png" },
     ] }],
   })),
+  "mcp-approval": async () => approvalLoop(generateText),
+  "mcp-approval-stream": async () => approvalLoop(async (args) => {  // streamText's results, awaited
+    const result = streamText(args);
+    await result.consumeStream();
+    const [text, finishReason, content, response, steps, request] = await Promise.all([
+      result.text, result.finishReason, result.content, result.response, result.steps, result.request]);
+    return { text, finishReason, content, response, steps, request,
+             toolCalls: content.filter((part) => part.type === "tool-call") };
+  }),
   file: async () => summary(await generateText({
     model, providerOptions: options(),
     messages: [{ role: "user", content: [

@@ -85,3 +85,23 @@ def test_image_and_file_in_prompt(api_base: str, provider: str, scenario: str) -
     result = run_sdk(api_base, provider, scenario)
     assert result["finishReason"] == "stop"
     assert f"[scope] Given 1 {scenario}." in result["text"], result["text"]
+
+
+@pytest.mark.parametrize("scenario", ["mcp-approval", "mcp-approval-stream"])
+def test_mcp_approval_with_store_true(api_base: str, scenario: str) -> None:
+    """The SDK's tool approval in its default ``store: true`` mode: the paused response's
+    ``mcp_approval_request`` reaches the user as a ``tool-approval-request``; the answer goes back as the whole
+    history with an ``item_reference`` to the stored request and an ``mcp_approval_response``, without
+    ``previous_response_id``, and the paused plan resumes at the phase that asked (the offline agent asks
+    before its last phase). ``generateText`` and ``streamText`` alike."""
+    result = run_sdk(api_base, "openai", scenario)
+    first = result["first"]
+    assert first["toolCalls"] == ["mcp.sources"] and len(first["approvals"]) == 1
+    assert first["text"].startswith("[scope] ")
+    sent = result["requestBody"]
+    assert "previous_response_id" not in sent
+    assert sent["input"][-2:] == [
+        {"type": "item_reference", "id": first["approvals"][0]},
+        {"type": "mcp_approval_response", "approval_request_id": first["approvals"][0], "approve": True}]
+    assert result["finishReason"] == "stop"
+    assert result["text"].startswith("[sources] "), "the resumed turn runs the phase that asked, not the first"

@@ -72,16 +72,21 @@ def test_the_next_turn_continues_the_agents_conversation(client: OpenAI, fake_mo
     assert roles[-4:] == ["assistant", "tool", "assistant", "user"]
 
 
+@pytest.mark.parametrize("resent", [False, True], ids=["previous_response_id", "history-resent"])
 def test_an_agent_framework_tool_that_needs_approval_waits_for_it(client: OpenAI, effects_file: Path,
-                                                                  policy: ToolLoop) -> None:
+                                                                  policy: ToolLoop, resent: bool) -> None:
+    """Answered with ``previous_response_id``, or as the Vercel AI SDK does with ``store: true``: the history
+    resent (the request as an ``item_reference``) without it; the workflow's saved state carries over."""
     asked = client.responses.create(model="fake", input="please refund order 42")
     assert asked.status == "completed" and output_kinds(asked) == ["mcp_approval_request"]
     request = asked.output[0]
     assert request.name == "refund" and request.arguments == '{"order": "42"}'
     assert effects_of(effects_file, asked.id) == []
-    answered = client.responses.create(
-        model="fake", previous_response_id=asked.id,
-        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}])
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    answered = client.responses.create(model="fake", input=[  # type: ignore[arg-type]
+        {"role": "user", "content": "please refund order 42"}, {"type": "item_reference", "id": request.id},
+        answer]) if resent else client.responses.create(
+        model="fake", previous_response_id=asked.id, input=[answer])  # type: ignore[list-item]
     assert answered.status == "completed", answered.error
     assert output_kinds(answered) == ["mcp_call", "message"]
     assert answered.output_text == "Done: order 42 refunded."

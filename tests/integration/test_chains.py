@@ -3,6 +3,7 @@ steering counts (S2), queued-cancel (S4) and the history a queued turn sees."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from resilient.agents.research import ResearchAgent
 from resilient.engine.activities import Engine
 from resilient.engine.orchestration import orchestrator as orch
 from resilient.http.service import ResponsesService
+from resilient.ids import APPROVAL_REQUEST_PREFIX, item_id
 from resilient.protocol.errors import ApiError
 from resilient.protocol.items import text_of
 from resilient.settings import Settings
@@ -143,3 +145,25 @@ async def test_queued_turn_history_includes_the_steered_turns_partial_output(sto
     await engine.plan(c["id"])
     assert [text_of(i) for i in seen[-1].history] == [
         "first question", "second question", "partial answer that never finishes"]
+
+
+async def test_two_answers_to_one_stored_approval_request_race_and_one_wins(storage: Storage,
+                                                                         settings: Settings) -> None:
+    """Answers without ``previous_response_id`` (the history resent) join the paused response's chain; two
+    at once both pass the check for a newer turn, the chain's compare-and-swap orders them, and the loser
+    is refused as a late answer is (400 ``approval_request_not_found``), not as a fork."""
+    service, runtime = _service(storage, settings)
+    paused = await _post(service, input="root")
+    request = {"type": "mcp_approval_request", "id": item_id(APPROVAL_REQUEST_PREFIX, paused["id"]),
+               "server_label": "research-agent", "name": "sources", "arguments": "{}"}
+    await storage.items.put_output_items(paused["id"], 0, [request])
+    answer = [{"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}]
+    results = await asyncio.gather(_post(service, input=answer), _post(service, input=answer),
+                                   return_exceptions=True)
+    won = [r for r in results if isinstance(r, dict)]
+    lost = [r for r in results if isinstance(r, ApiError)]
+    assert len(won) == 1 and len(lost) == 1, results
+    assert (lost[0].status, lost[0].code, lost[0].param) == (400, "approval_request_not_found",
+                                                             "input[0].approval_request_id")
+    assert won[0]["previous_response_id"] is None
+    assert runtime.started[won[0]["id"]]["chain_id"] == paused["id"]  # on the paused response's chain

@@ -182,3 +182,60 @@ def rebuild_any(events: list[Any]) -> list[dict[str, Any]]:
             items[event.output_index] = {"type": event.item.type}
     assert rebuild([e for e in events if getattr(getattr(e, "item", None), "type", "message") == "message"])
     return [items[i] for i in sorted(items)]
+
+
+def _resent_history(paused: Any, request: Any, approve: bool, **extra: Any) -> list[dict[str, Any]]:
+    """The second request of the Vercel AI SDK with ``store: true``: the whole history (the user's message,
+    references to the stored output) and the answer, without ``previous_response_id``."""
+    return [{"role": "user", "content": QUESTION},
+            *({"type": "item_reference", "id": o.id} for o in paused.output),
+            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve, **extra}]
+
+
+def test_an_answer_to_a_stored_request_continues_its_response(client: OpenAI) -> None:
+    reference = client.responses.create(model="m", input=QUESTION, metadata=knobs(phases=3, words=6))
+    paused = client.responses.create(model="m", input=QUESTION,
+                                     metadata={**knobs(phases=3, words=6), "require_approval": "true"})
+    request = _approval(paused)
+    resent = _resent_history(paused, request, True)
+    resumed = client.responses.create(model="m", input=resent)  # type: ignore[arg-type]
+    assert resumed.status == "completed" and resumed.previous_response_id is None  # as the client sent it
+    assert _texts(paused) + _texts(resumed) == _texts(reference)
+    assert len(resumed.output) == 1, "earlier phases were not run again"
+    stored = client.responses.input_items.list(resumed.id, order="asc").data
+    assert [i.type for i in stored] == ["message", "message", "message", "mcp_approval_request",
+                                        "mcp_approval_response"]  # each reference stored as the item it names
+
+    with pytest.raises(BadRequestError) as again:  # answered once: the response has a newer turn now
+        client.responses.create(model="m", input=resent)  # type: ignore[arg-type]
+    assert again.value.body["code"] == "approval_request_not_found"  # type: ignore[index]
+    assert again.value.body["param"] == f"input[{len(resent) - 1}].approval_request_id"  # type: ignore[index]
+
+    follow_up = client.responses.create(model="m", previous_response_id=resumed.id, input="And then?",
+                                        metadata=knobs(phases=1, words=6))
+    assert follow_up.status == "completed" and follow_up.previous_response_id == resumed.id
+
+
+def test_a_denial_to_a_stored_request_runs_no_further_phase(client: OpenAI) -> None:
+    paused = client.responses.create(model="m", input=QUESTION,
+                                     metadata={**knobs(phases=2, words=5), "require_approval": "true"})
+    request = _approval(paused)
+    denied = client.responses.create(model="m", input=_resent_history(  # type: ignore[arg-type]
+        paused, request, False, reason="not today"))
+    assert _texts(denied) == [f"Not approved: {request.name} was not run (not today)."]
+
+
+def test_an_answer_without_its_turn_must_name_a_stored_request(client: OpenAI) -> None:
+    in_conversation = client.conversations.create()
+    paused = client.responses.create(model="m", input=QUESTION, conversation=in_conversation.id,
+                                     metadata={**knobs(phases=2, words=5), "require_approval": "true"})
+    request = _approval(paused)
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    with pytest.raises(BadRequestError) as conversation:  # a conversation's turn is answered in it
+        client.responses.create(model="m", input=[answer])  # type: ignore[list-item]
+    assert "answer it with that conversation" in conversation.value.body["message"]  # type: ignore[index]
+    unstored = client.responses.create(model="m", input=QUESTION, store=False,
+                                       metadata={**knobs(phases=2, words=5), "require_approval": "true"})
+    with pytest.raises(BadRequestError) as missing:
+        client.responses.create(model="m", input=[{**answer, "approval_request_id": _approval(unstored).id}])  # type: ignore[list-item]
+    assert missing.value.body["code"] == "approval_request_not_found"  # type: ignore[index]

@@ -11,6 +11,9 @@ the approval request the previous turn paused on; the answer decides how the pau
 (``resilient/engine/chain/references.py``: its chain's, or on a turn without a chain any stored response's); a
 referenced ``function_call`` issues its ``call_id`` as one of the input would, and on a turn without a chain,
 whose history is its input, it must be answered there too.
+
+An ``mcp_approval_response`` sent without ``previous_response_id`` or ``conversation`` answers the stored
+approval request its id names (:func:`answered_turn`): the turn continues the response that paused.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import output_text
+from resilient.engine.chain import turns
+from resilient.engine.chain.lifecycle import DELETED_MARK
 from resilient.engine.chain.references import find_referenced
 from resilient.engine.chain.refusals import Invalid
+from resilient.ids import response_of_item
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
 from resilient.typed_answers import answer_problem
@@ -30,6 +36,9 @@ if TYPE_CHECKING:
     from resilient.storage.factory import Storage
 
 MAX_TURNS_SEARCHED = 50
+# In a row's document: the turn's input is its whole history (an approval answer sent without
+# previous_response_id, see answered_turn), so the chain's earlier turns are not added to it.
+HISTORY_IN_INPUT_KEY = "history_in_input"
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,62 @@ class Continuation:
 
     resume: dict[str, Any] | None = None
     referenced: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AnsweredTurn:
+    """The paused response an approval answer continues, and its chain."""
+
+    response_id: str
+    chain_id: str
+
+
+async def answered_turn(storage: Storage, request: CreateResponseRequest) -> AnsweredTurn | None:
+    """The paused response that an ``mcp_approval_response`` sent without ``previous_response_id`` or
+    ``conversation`` answers; None when the request names its turn or answers no approval request.
+
+    The Vercel AI SDK, with its default ``store: true``, continues an MCP approval this way: it resends the
+    history, with an ``item_reference`` to the stored ``mcp_approval_request``, then the answer. The request
+    is an item of a stored response (its id names that response, ``resilient.ids.item_id``), so the answer
+    continues that response as ``previous_response_id`` would: the turn joins its chain right after it
+    (ordered by the chain's lock; a second answer finds a newer turn there and is refused) and the paused
+    plan resumes. The input already holds the history, so the chain's turns are not added to it again
+    (``HISTORY_IN_INPUT_KEY``). A response of a conversation is answered with ``conversation``.
+    """
+    approvals = request.approval_responses()
+    if request.previous_response_id or request.conversation or not approvals:
+        return None
+    answer = approvals[0]  # the request allows one (parse_create_request)
+    param = f"input[{request.items().index(answer)}].approval_request_id"
+    request_id = errors.echo(answer.approval_request_id)
+    holder = response_of_item(answer.approval_request_id)
+    try:
+        record = await storage.responses.get(holder) if holder is not None else None
+    except NotFound:
+        record = None
+    if record is None or not record.doc.get("store", True) or record.doc.get(DELETED_MARK):
+        raise _invalid(f"No stored approval request with id {request_id}: answer a stored response's request, "
+                       "or send previous_response_id (or conversation).", param=param,
+                       code=errors.CODE_APPROVAL_NOT_FOUND)
+    if record.doc.get("conversation_id"):
+        raise _invalid(f"The approval request {request_id} belongs to conversation "
+                       f"{errors.echo(record.doc['conversation_id'])}: answer it with that conversation.",
+                       param=param, code=errors.CODE_APPROVAL_NOT_FOUND)
+    chain_id = str(record.doc.get("chain_id") or record.response_id)
+    chain = await storage.chains.get(chain_id)
+    newest = chain.latest_response_id or chain_id
+    if newest != record.response_id and await turns.exists(storage, newest):
+        raise answered_already(request)
+    return AnsweredTurn(record.response_id, chain_id)
+
+
+def answered_already(request: CreateResponseRequest) -> Invalid:
+    """The refusal of an answer whose paused response a later turn continues already (found before the turn
+    is placed, or by the chain's compare-and-swap when two answers race)."""
+    answer = request.approval_responses()[0]
+    return _invalid(f"The approval request {errors.echo(answer.approval_request_id)} is no longer pending: a "
+                    "later turn continues its response.", code=errors.CODE_APPROVAL_NOT_FOUND,
+                    param=f"input[{request.items().index(answer)}].approval_request_id")
 
 
 async def check_continuation(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import Agent, AgentRequest, Approval, PhaseContext, PhaseOutput
 from resilient.engine.chain import conversation_items
+from resilient.engine.chain.continuation import HISTORY_IN_INPUT_KEY
 from resilient.engine.chain.references import is_reference, resolve_references, stored_input_items
 from resilient.engine.chain.turns import STEERING_KEY
 from resilient.engine.run.phase_record import STATE_KEY, PhaseRecord
@@ -74,9 +75,12 @@ async def all_input_items(storage: Storage, response_id: str) -> list[JsonDict]:
 
 async def history(storage: Storage, record: ResponseRecord, state: list[Any] | None = None) -> list[JsonDict]:
     """The chain's earlier turns, oldest first: each turn's input items then its output items. ``state``,
-    when given, receives the agent state the previous turn ended with (when it saved one)."""
+    when given, receives the agent state the previous turn ended with (when it saved one). A turn whose
+    input is its whole history (``HISTORY_IN_INPUT_KEY``) has none before it, and the walk stops at one:
+    what precedes it is already in its input."""
     turns: list[tuple[str, Sequence[JsonDict]]] = []
     previous = previous_turn(record)
+    own_history = bool(record.doc.get(HISTORY_IN_INPUT_KEY))
     for _ in range(MAX_HISTORY_TURNS):
         if not previous:
             break
@@ -86,10 +90,12 @@ async def history(storage: Storage, record: ResponseRecord, state: list[Any] | N
             break
         if state is not None and not turns and earlier.doc.get(STATE_KEY) is not None:
             state.append(earlier.doc[STATE_KEY])
+        if own_history:
+            return []
         turn = await all_input_items(storage, earlier.response_id)
         turn += await storage.items.list_output_items(earlier.response_id)
         turns.append((earlier.response_id, turn))
-        previous = previous_turn(earlier)
+        previous = None if earlier.doc.get(HISTORY_IN_INPUT_KEY) else previous_turn(earlier)
     turns.reverse()
     conversation = record.doc.get("conversation_id")
     if conversation:  # with the items added to the conversation through the API, in their places

@@ -62,7 +62,8 @@ class TracedDurable(Durable):
 
 
 class CrashOnce(ResearchAgent):
-    """Raises (a simulated crash) after a few deltas of phase 1, the first time only."""
+    """Raises (a simulated crash) after a few deltas of phase 1, the first time only, while it waits (as for
+    a model's next chunk): the deltas before it are in the log, so the next attempt is a recovery."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -73,6 +74,7 @@ class CrashOnce(ResearchAgent):
         async for delta in super().run_phase(context):
             if context.phase_index == 1 and n == 3 and not self.crashed:
                 self.crashed = True
+                await asyncio.sleep(0.01)
                 raise RuntimeError("simulated worker crash")
             n += 1
             yield delta

@@ -10,6 +10,9 @@ The writer batches: one ``append`` call packs all its frames into as few blocks 
 round trip per ≤ 4 MiB), stamps contiguous sequence numbers, and every ``index_every`` blocks adds a
 hint to the offset index. A segment that reaches ``max_blocks_per_segment`` blocks (append blobs
 allow 50,000) is closed with a ``: next-segment <n>`` marker and the log continues in segment n.
+
+Events are handed over: the writer sets each one's ``sequence_number`` in place and encodes it once,
+straight into its frame (no copy of an event between the agent that made it and the blob).
 """
 
 from __future__ import annotations
@@ -75,10 +78,20 @@ class _Block:
     first_seq: int
     last_event: JsonDict
     events: tuple[StoredEvent, ...]
+    stamped: tuple[JsonDict, ...]
 
 
-def _block(events: list[StoredEvent], first_seq: int, last_event: JsonDict) -> _Block:
-    return _Block(b"".join(e.frame for e in events), first_seq, last_event, tuple(events))
+def _block(events: list[StoredEvent], stamped: list[JsonDict]) -> _Block:
+    return _Block(b"".join(e.frame for e in events), events[0].sequence_number, stamped[-1], tuple(events),
+                  tuple(stamped))
+
+
+@dataclass(frozen=True)
+class PreparedEvents:
+    """Events stamped from ``first_seq`` and framed into blocks by :meth:`BlobEventWriter.prepare`."""
+
+    first_seq: int
+    blocks: list[_Block]
 
 
 class BlobEventWriter:
@@ -141,6 +154,11 @@ class BlobEventWriter:
         """Raise ValueError if ``events`` could not be appended (bad type, frame over the block limit)."""
         self._pack(events)
 
+    def prepare(self, events: Sequence[JsonDict]) -> PreparedEvents:
+        """Stamp and frame ``events`` for :meth:`append_prepared`: raises ValueError (as :meth:`check`) before
+        any storage call, and the frames are not encoded a second time when they are appended."""
+        return PreparedEvents(self._pos.next_seq, self._pack(events))
+
     def add_calls(self, count: int) -> None:
         """Charge round trips spent on this writer's behalf (creating or opening the log)."""
         self._calls += count
@@ -154,7 +172,18 @@ class BlobEventWriter:
     async def append(self, events: Sequence[JsonDict]) -> int:
         if self._dead:
             raise LostOwnership(f"event log {self._rid!r}: this writer lost ownership earlier")
-        blocks = self._pack(events)  # validates everything before the first storage call
+        return await self._append_blocks(self._pack(events))  # validates everything before the first call
+
+    @translate_errors
+    async def append_prepared(self, prepared: PreparedEvents) -> int:
+        """Append events made ready by :meth:`prepare` (re-framed if the log moved on since)."""
+        if self._dead:
+            raise LostOwnership(f"event log {self._rid!r}: this writer lost ownership earlier")
+        if prepared.first_seq != self._pos.next_seq:
+            return await self._append_blocks(self._pack([e for b in prepared.blocks for e in b.stamped]))
+        return await self._append_blocks(prepared.blocks)
+
+    async def _append_blocks(self, blocks: list[_Block]) -> int:
         for block in blocks:
             if self._pos.block_count >= self._limits.max_blocks_per_segment:
                 await self._roll_over()
@@ -173,29 +202,27 @@ class BlobEventWriter:
         return self._pos.next_seq - 1
 
     def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:
-        """Stamp and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
+        """Stamp (in place) and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
         blocks: list[_Block] = []
         current: list[StoredEvent] = []
+        stamped: list[JsonDict] = []
         size = 0
-        first_seq = seq = self._pos.next_seq
-        stamped: JsonDict = {}
-        previous: JsonDict = {}
+        seq = self._pos.next_seq
+        limit = self._limits.max_block_bytes
         for event in events:
-            stamped = {**event, "sequence_number": seq}
-            frame = encode_frame(stamped)
-            if len(frame) > self._limits.max_block_bytes:
-                raise ValueError(
-                    f"event {seq} frame is {len(frame)} bytes, over the {self._limits.max_block_bytes} limit"
-                )
-            if current and size + len(frame) > self._limits.max_block_bytes:
-                blocks.append(_block(current, first_seq, previous))
-                current, size, first_seq = [], 0, seq
-            current.append(StoredEvent(seq, str(stamped["type"]), frame))
+            event["sequence_number"] = seq
+            frame = encode_frame(event)
+            if len(frame) > limit:
+                raise ValueError(f"event {seq} frame is {len(frame)} bytes, over the {limit} limit")
+            if current and size + len(frame) > limit:
+                blocks.append(_block(current, stamped))
+                current, stamped, size = [], [], 0
+            current.append(StoredEvent(seq, event["type"], frame))
+            stamped.append(event)
             size += len(frame)
-            previous = stamped
             seq += 1
         if current:
-            blocks.append(_block(current, first_seq, stamped))
+            blocks.append(_block(current, stamped))
         return blocks
 
     def _segment_blob(self) -> BlobClient:

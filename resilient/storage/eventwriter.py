@@ -11,8 +11,9 @@ round trip per ≤ 4 MiB), stamps contiguous sequence numbers, and every ``index
 hint to the offset index. A segment that reaches ``max_blocks_per_segment`` blocks (append blobs
 allow 50,000) is closed with a ``: next-segment <n>`` marker and the log continues in segment n.
 
-Events are handed over: the writer sets each one's ``sequence_number`` in place and encodes it once,
-straight into its frame (no copy of an event between the agent that made it and the blob).
+Each event is encoded once, straight into its frame with its sequence number
+(:func:`~resilient.protocol.sse.stamped_frame`): the event itself is neither copied nor changed between
+the agent that made it and the blob; only a block's last event is kept as a stamped copy (``last_event``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob.aio import BlobClient, ContainerClient
 
-from resilient.protocol.sse import encode_frame
+from resilient.protocol.sse import stamped_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
 from resilient.storage.feed import CommittedFeed
@@ -78,20 +79,21 @@ class _Block:
     first_seq: int
     last_event: JsonDict
     events: tuple[StoredEvent, ...]
-    stamped: tuple[JsonDict, ...]
 
 
-def _block(events: list[StoredEvent], stamped: list[JsonDict]) -> _Block:
-    return _Block(b"".join(e.frame for e in events), events[0].sequence_number, stamped[-1], tuple(events),
-                  tuple(stamped))
+def _block(events: list[StoredEvent], last: JsonDict) -> _Block:
+    last_seq = events[-1].sequence_number
+    return _Block(b"".join(e.frame for e in events), events[0].sequence_number,
+                  {**last, "sequence_number": last_seq}, tuple(events))
 
 
 @dataclass(frozen=True)
 class PreparedEvents:
-    """Events stamped from ``first_seq`` and framed into blocks by :meth:`BlobEventWriter.prepare`."""
+    """``events`` stamped from ``first_seq`` and framed into blocks by :meth:`BlobEventWriter.prepare`."""
 
     first_seq: int
     blocks: list[_Block]
+    events: Sequence[JsonDict]
 
 
 class BlobEventWriter:
@@ -157,7 +159,7 @@ class BlobEventWriter:
     def prepare(self, events: Sequence[JsonDict]) -> PreparedEvents:
         """Stamp and frame ``events`` for :meth:`append_prepared`: raises ValueError (as :meth:`check`) before
         any storage call, and the frames are not encoded a second time when they are appended."""
-        return PreparedEvents(self._pos.next_seq, self._pack(events))
+        return PreparedEvents(self._pos.next_seq, self._pack(events), events)
 
     def add_calls(self, count: int) -> None:
         """Charge round trips spent on this writer's behalf (creating or opening the log)."""
@@ -180,7 +182,7 @@ class BlobEventWriter:
         if self._dead:
             raise LostOwnership(f"event log {self._rid!r}: this writer lost ownership earlier")
         if prepared.first_seq != self._pos.next_seq:
-            return await self._append_blocks(self._pack([e for b in prepared.blocks for e in b.stamped]))
+            return await self._append_blocks(self._pack(prepared.events))
         return await self._append_blocks(prepared.blocks)
 
     async def _append_blocks(self, blocks: list[_Block]) -> int:
@@ -202,27 +204,27 @@ class BlobEventWriter:
         return self._pos.next_seq - 1
 
     def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:
-        """Stamp (in place) and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
+        """Frame the events with their sequence numbers, then group whole frames into blocks of
+        ≤ max_block_bytes."""
         blocks: list[_Block] = []
         current: list[StoredEvent] = []
-        stamped: list[JsonDict] = []
         size = 0
         seq = self._pos.next_seq
         limit = self._limits.max_block_bytes
+        previous: JsonDict = {}
         for event in events:
-            event["sequence_number"] = seq
-            frame = encode_frame(event)
+            frame = stamped_frame(event, seq)
             if len(frame) > limit:
                 raise ValueError(f"event {seq} frame is {len(frame)} bytes, over the {limit} limit")
             if current and size + len(frame) > limit:
-                blocks.append(_block(current, stamped))
-                current, stamped, size = [], [], 0
+                blocks.append(_block(current, previous))
+                current, size = [], 0
             current.append(StoredEvent(seq, event["type"], frame))
-            stamped.append(event)
             size += len(frame)
+            previous = event
             seq += 1
         if current:
-            blocks.append(_block(current, stamped))
+            blocks.append(_block(current, previous))
         return blocks
 
     def _segment_blob(self) -> BlobClient:

@@ -97,12 +97,14 @@ async def _pump(outputs: AgentOutputs, appender: Appender, control: ControlPolle
             appender.add(items.feed(output))
         except AgentOutputError as exc:
             return PumpEnd(failure=exc)
+        if isinstance(output, SaveProgress) or (appender.full and not appender.opened):
+            # progress is kept only by an attempt that holds the log (its claim landed): one that lost the
+            # log to another delivery of the step must not write the step's progress
+            await appender.open()
         if isinstance(output, SaveProgress):
             if keep is not None:
                 await keep(output.value)
             output.saved.set()
-        if appender.full and not appender.opened:
-            await appender.open()
         if items.paused:
             return PumpEnd()  # an approval request ends the phase: nothing after it runs
         if deadline is not None and time.monotonic() >= deadline:

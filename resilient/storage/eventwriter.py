@@ -152,13 +152,10 @@ class BlobEventWriter:
     def dead(self) -> bool:
         return self._dead
 
-    def check(self, events: Sequence[JsonDict]) -> None:
-        """Raise ValueError if ``events`` could not be appended (bad type, frame over the block limit)."""
-        self._pack(events)
-
     def prepare(self, events: Sequence[JsonDict]) -> PreparedEvents:
-        """Stamp and frame ``events`` for :meth:`append_prepared`: raises ValueError (as :meth:`check`) before
-        any storage call, and the frames are not encoded a second time when they are appended."""
+        """Stamp and frame ``events`` for :meth:`append_prepared`: raises ValueError when they could not be
+        appended (bad type, frame over the block limit) before any storage call, and the frames are not
+        encoded a second time when they are appended."""
         return PreparedEvents(self._pos.next_seq, self._pack(events), events)
 
     def add_calls(self, count: int) -> None:

@@ -48,6 +48,22 @@ def encode_frame(event: dict[str, Any]) -> bytes:
     return f"event: {event_type}\nid: {seq}\ndata: {compact_json(event)}\n\n".encode()
 
 
+def stamped_frame(event: dict[str, Any], sequence_number: int) -> bytes:
+    """The frame of ``event`` stamped with ``sequence_number``: byte for byte :func:`encode_frame` of
+    ``{**event, "sequence_number": n}``, without copying or changing the event (the number is written into
+    the JSON text as its last member). Raises ValueError as :func:`encode_frame` does."""
+    if not event or "sequence_number" in event:
+        return encode_frame({**event, "sequence_number": sequence_number})
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or not event_type or "\n" in event_type or "\r" in event_type:
+        raise ValueError(f"event needs a one-line string 'type', got {event_type!r}")
+    if not isinstance(sequence_number, int) or isinstance(sequence_number, bool) or sequence_number < 0:
+        raise ValueError(f"event needs a non-negative int 'sequence_number', got {sequence_number!r}")
+    body = _ENCODER.encode(event)  # a JSON object: ends with "}"
+    return (f"event: {event_type}\nid: {sequence_number}\ndata: {body[:-1]},"
+            f"\"sequence_number\":{sequence_number}}}\n\n").encode()
+
+
 def parse_frame(frame: bytes) -> tuple[int, str, bytes]:
     """``(sequence_number, type, data json bytes)`` of a frame made by :func:`encode_frame`.
 

@@ -75,7 +75,7 @@ class BlobEventLog:
         rid = validate_id(response_id, param="response_id")
         writer = BlobEventWriter(self._container, rid, WriterPosition(0, 0, 0, 0, None), self._limits,
                                  feed=self._feed)
-        writer.check(first_events)  # a bad event must not leave an empty log behind
+        prepared = writer.prepare(first_events)  # a bad event must not leave an empty log behind
         self.storage_calls += 1
         try:
             await self._container.get_blob_client(segment_blob(rid, 0)).create_append_blob(if_none_match="*")
@@ -85,7 +85,7 @@ class BlobEventLog:
         # without an index reads from the start). A stale index cannot exist here: delete removes the
         # index before any segment, so a missing segment 0 means a missing index.
         writer.add_calls(1)
-        await writer.append(first_events)
+        await writer.append_prepared(prepared)  # framed once, above
         return writer
 
     @translate_errors

@@ -10,6 +10,10 @@ The writer batches: one ``append`` call packs all its frames into as few blocks 
 round trip per ≤ 4 MiB), stamps contiguous sequence numbers, and every ``index_every`` blocks adds a
 hint to the offset index. A segment that reaches ``max_blocks_per_segment`` blocks (append blobs
 allow 50,000) is closed with a ``: next-segment <n>`` marker and the log continues in segment n.
+
+Each event is encoded once, straight into its frame with its sequence number
+(:func:`~resilient.protocol.sse.stamped_frame`): the event itself is neither copied nor changed between
+the agent that made it and the blob; only a block's last event is kept as a stamped copy (``last_event``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob.aio import BlobClient, ContainerClient
 
-from resilient.protocol.sse import encode_frame
+from resilient.protocol.sse import stamped_frame
 from resilient.storage.connection import translate_errors
 from resilient.storage.errors import LostOwnership
 from resilient.storage.feed import CommittedFeed
@@ -77,8 +81,19 @@ class _Block:
     events: tuple[StoredEvent, ...]
 
 
-def _block(events: list[StoredEvent], first_seq: int, last_event: JsonDict) -> _Block:
-    return _Block(b"".join(e.frame for e in events), first_seq, last_event, tuple(events))
+def _block(events: list[StoredEvent], last: JsonDict) -> _Block:
+    last_seq = events[-1].sequence_number
+    return _Block(b"".join(e.frame for e in events), events[0].sequence_number,
+                  {**last, "sequence_number": last_seq}, tuple(events))
+
+
+@dataclass(frozen=True)
+class PreparedEvents:
+    """``events`` stamped from ``first_seq`` and framed into blocks by :meth:`BlobEventWriter.prepare`."""
+
+    first_seq: int
+    blocks: list[_Block]
+    events: Sequence[JsonDict]
 
 
 class BlobEventWriter:
@@ -137,9 +152,11 @@ class BlobEventWriter:
     def dead(self) -> bool:
         return self._dead
 
-    def check(self, events: Sequence[JsonDict]) -> None:
-        """Raise ValueError if ``events`` could not be appended (bad type, frame over the block limit)."""
-        self._pack(events)
+    def prepare(self, events: Sequence[JsonDict]) -> PreparedEvents:
+        """Stamp and frame ``events`` for :meth:`append_prepared`: raises ValueError when they could not be
+        appended (bad type, frame over the block limit) before any storage call, and the frames are not
+        encoded a second time when they are appended."""
+        return PreparedEvents(self._pos.next_seq, self._pack(events), events)
 
     def add_calls(self, count: int) -> None:
         """Charge round trips spent on this writer's behalf (creating or opening the log)."""
@@ -154,7 +171,18 @@ class BlobEventWriter:
     async def append(self, events: Sequence[JsonDict]) -> int:
         if self._dead:
             raise LostOwnership(f"event log {self._rid!r}: this writer lost ownership earlier")
-        blocks = self._pack(events)  # validates everything before the first storage call
+        return await self._append_blocks(self._pack(events))  # validates everything before the first call
+
+    @translate_errors
+    async def append_prepared(self, prepared: PreparedEvents) -> int:
+        """Append events made ready by :meth:`prepare` (re-framed if the log moved on since)."""
+        if self._dead:
+            raise LostOwnership(f"event log {self._rid!r}: this writer lost ownership earlier")
+        if prepared.first_seq != self._pos.next_seq:
+            return await self._append_blocks(self._pack(prepared.events))
+        return await self._append_blocks(prepared.blocks)
+
+    async def _append_blocks(self, blocks: list[_Block]) -> int:
         for block in blocks:
             if self._pos.block_count >= self._limits.max_blocks_per_segment:
                 await self._roll_over()
@@ -173,29 +201,27 @@ class BlobEventWriter:
         return self._pos.next_seq - 1
 
     def _pack(self, events: Sequence[JsonDict]) -> list[_Block]:
-        """Stamp and frame the events, then group whole frames into blocks of ≤ max_block_bytes."""
+        """Frame the events with their sequence numbers, then group whole frames into blocks of
+        ≤ max_block_bytes."""
         blocks: list[_Block] = []
         current: list[StoredEvent] = []
         size = 0
-        first_seq = seq = self._pos.next_seq
-        stamped: JsonDict = {}
+        seq = self._pos.next_seq
+        limit = self._limits.max_block_bytes
         previous: JsonDict = {}
         for event in events:
-            stamped = {**event, "sequence_number": seq}
-            frame = encode_frame(stamped)
-            if len(frame) > self._limits.max_block_bytes:
-                raise ValueError(
-                    f"event {seq} frame is {len(frame)} bytes, over the {self._limits.max_block_bytes} limit"
-                )
-            if current and size + len(frame) > self._limits.max_block_bytes:
-                blocks.append(_block(current, first_seq, previous))
-                current, size, first_seq = [], 0, seq
-            current.append(StoredEvent(seq, str(stamped["type"]), frame))
+            frame = stamped_frame(event, seq)
+            if len(frame) > limit:
+                raise ValueError(f"event {seq} frame is {len(frame)} bytes, over the {limit} limit")
+            if current and size + len(frame) > limit:
+                blocks.append(_block(current, previous))
+                current, size = [], 0
+            current.append(StoredEvent(seq, event["type"], frame))
             size += len(frame)
-            previous = stamped
+            previous = event
             seq += 1
         if current:
-            blocks.append(_block(current, first_seq, stamped))
+            blocks.append(_block(current, previous))
         return blocks
 
     def _segment_blob(self) -> BlobClient:

@@ -9,6 +9,11 @@ distributed tracing) are attached as a *link*, so both views stay navigable.
 
 Attributes: ``response_id`` and ``chain_id`` on every span of a run; on a phase ``phase.index``,
 ``phase.position``, ``phase.is_recovery`` and ``phase.outcome``.
+
+Cost: one span per request and per activity, never per event (the events of a phase are appended inside its
+activity's span). With no tracer provider installed (no exporter configured,
+:mod:`resilient.telemetry.setup`) an activity's span is not even started: no span object, no attributes, no
+context switch; :func:`tracing` tells.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 __all__ = ["TRACER", "TRACE_PARENT_KEY", "activity_span", "current_traceparent", "describe_run",
            "model_span", "request_span"]
+
+
+def tracing() -> bool:
+    """True when spans are recorded somewhere: a real tracer provider is installed (by
+    :func:`resilient.telemetry.setup.configure`, the Functions worker, or a test). The API's default (a proxy
+    until one is installed) and its no-op provider record nothing."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def current_traceparent() -> str | None:
@@ -72,7 +84,11 @@ def request_span(route: str, response_id: str | None = None) -> Iterator[Span]:
 def activity_span(name: str, response_id: str, traceparent: Any = None,
                   attributes: Mapping[str, Any] | None = None) -> Iterator[Span]:
     """The span of one activity of a run, a child of the run's request span when ``traceparent`` (from the
-    activity's input) names one; the invocation's own span (the host's, if any) is linked."""
+    activity's input) names one; the invocation's own span (the host's, if any) is linked. Without
+    :func:`tracing`, the API's invalid span (nothing is started, made current or recorded)."""
+    if not tracing():
+        yield trace.INVALID_SPAN
+        return
     context = None
     links: list[Link] = []
     if isinstance(traceparent, str) and traceparent:

@@ -65,7 +65,8 @@ async def storage(storage_adapter: str, settings: Settings) -> AsyncIterator[Sto
 
 class CrashingAgent(ResearchAgent):
     """The research agent, except that it raises (a simulated crash) at delta ``at`` of phase ``phase``
-    the first ``times`` times it runs that phase."""
+    the first ``times`` times it runs that phase. The crash comes while the agent waits (as for a model's
+    next chunk), so what it yielded before is in the log: the phase claims the log when its agent waits."""
 
     def __init__(self, settings: Settings, phase: int, at: int, times: int = 1) -> None:
         super().__init__(settings)
@@ -78,6 +79,7 @@ class CrashingAgent(ResearchAgent):
         async for delta in super().run_phase(context):
             if context.phase_index == self.phase and n == self.at and self.left > 0:
                 self.left -= 1
+                await asyncio.sleep(0.01)
                 raise RuntimeError("simulated worker crash")
             n += 1
             yield delta

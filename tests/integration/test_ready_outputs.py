@@ -75,8 +75,8 @@ async def test_ready_outputs_take_no_loop_turn_each_and_yield_every_few(storage:
     assert len(text_of(item).split(" ")) == WORDS  # every output made it into the checkpoint
     turned = agent.turned
     assert len(turned) == WORDS - 1
-    # Most outputs were taken without a loop turn: a turn after the first output (its claim's append),
-    # then one every EAGER_OUTPUTS_BEFORE_A_YIELD outputs (a task per output gave one after each).
+    # Most outputs were taken without a loop turn: one every EAGER_OUTPUTS_BEFORE_A_YIELD outputs (a task per
+    # output gave one after each); the agent never waits, so no append interrupts it (the phase is one append).
     assert sum(turned) <= 1 + WORDS // EAGER_OUTPUTS_BEFORE_A_YIELD + 1
     # ... and the loop never went more than that many outputs without a turn.
     longest, run = 0, 0

@@ -62,7 +62,8 @@ class TracedDurable(Durable):
 
 
 class CrashOnce(ResearchAgent):
-    """Raises (a simulated crash) after a few deltas of phase 1, the first time only."""
+    """Raises (a simulated crash) after a few deltas of phase 1, the first time only, while it waits (as for
+    a model's next chunk): the deltas before it are in the log, so the next attempt is a recovery."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -73,6 +74,7 @@ class CrashOnce(ResearchAgent):
         async for delta in super().run_phase(context):
             if context.phase_index == 1 and n == 3 and not self.crashed:
                 self.crashed = True
+                await asyncio.sleep(0.01)
                 raise RuntimeError("simulated worker crash")
             n += 1
             yield delta
@@ -105,9 +107,10 @@ def _rig(storage: Storage, settings: Settings, agent: ResearchAgent | None = Non
     return durable, ResponsesService(storage, durable, settings)
 
 
-async def _create(service: ResponsesService, phases: int = 3, delay_ms: int = 0) -> str:
+async def _create(service: ResponsesService, phases: int = 3, delay_ms: int = 0, words: int = 6) -> str:
     body = {"model": "m", "input": "What does a trace connect?", "background": True,
-            "metadata": {"research_phases": str(phases), "words_per_phase": "6", "delta_delay_ms": str(delay_ms)}}
+            "metadata": {"research_phases": str(phases), "words_per_phase": str(words),
+                         "delta_delay_ms": str(delay_ms)}}
     result = await traced("POST /responses", service.create(json.dumps(body).encode()))
     assert result.status == 200, result.body
     return str(result.body["id"])
@@ -178,6 +181,23 @@ async def test_one_run_is_one_connected_trace_from_the_request_to_each_storage_c
     assert counter(reader, "resilient.phases", outcome="checkpointed") - phases_before["checkpointed"] == 2
     assert counter(reader, "resilient.phases", outcome="completed") - phases_before["completed"] == 1
     assert counter(reader, "resilient.runs.finished", status="completed") - finished_before == 1
+
+
+async def test_a_runs_spans_are_one_per_request_and_activity_however_many_events_it_streams(
+        storage: Storage, settings: Settings) -> None:
+    durable, service = _rig(storage, settings)
+    found: dict[int, tuple[list[str], int]] = {}
+    for words in (6, 300):  # 3 phases: a few dozen events against about 900
+        rid = await _create(service, words=words)
+        assert (await durable.wait(rid, WAIT_S))["status"] == "completed"
+        _, trace = _trace(rid)
+        ours = sorted(s.name for s in trace if s.instrumentation_scope and s.instrumentation_scope.name == "resilient")
+        found[words] = (ours, len(trace) - len(ours))
+    assert found[300][0] == found[6][0]  # the app's own spans: the request's and one per activity
+    assert found[6][0].count("run_phase") == 3 and found[6][0].count("POST /responses") == 1
+    # the storage SDK's spans are per call, and a phase's events go out in few appends: at most a control
+    # read or two more for the longer phases, nothing per event
+    assert found[300][1] <= found[6][1] + 4, found
 
 
 async def test_a_recovered_phase_is_marked_and_counted(storage: Storage, settings: Settings) -> None:

@@ -11,7 +11,7 @@ from openai.types.responses import ResponseErrorEvent
 
 from resilient.protocol import events as ev
 from resilient.protocol.errors import invalid_request, service_unavailable
-from resilient.protocol.sse import KEEPALIVE, encode_frame, error_frame, parse_frame
+from resilient.protocol.sse import KEEPALIVE, encode_frame, error_frame, parse_frame, stamped_frame
 
 
 def stamped(event: dict[str, Any], seq: int) -> dict[str, Any]:
@@ -28,6 +28,24 @@ def test_encode_frame_exact_bytes() -> None:
         b'"delta":"\xc3\xa9\\n\\"","logprobs":[],"sequence_number":12}\n\n'
     )
     assert frame.count(b"\n") == 4, "a JSON newline must be escaped, never split the data line"
+
+
+@pytest.mark.parametrize("event", [
+    ev.output_text_delta("msg_1", 0, 0, 'é\n"}'),
+    {"type": "response.created", "response": {"id": "resp_1", "output": [{"content": [{"text": "}"}]}]}},
+    {"type": "x", "sequence_number": 3},  # already stamped: the number given wins, as with a copy
+])
+def test_stamped_frame_is_the_frame_of_a_stamped_copy_and_leaves_the_event_as_it_was(event: dict[str, Any]) -> None:
+    before = json.dumps(event)
+    assert stamped_frame(event, 41) == encode_frame(stamped(event, 41))
+    assert json.dumps(event) == before
+
+
+@pytest.mark.parametrize(("event", "seq"), [({"type": ""}, 0), ({"type": "a\nb"}, 0), ({"delta": "x"}, 0),
+                                            ({"type": "x"}, -1), ({"type": "x"}, True), ({}, 0)])
+def test_stamped_frame_rejects_what_encode_frame_rejects(event: dict[str, Any], seq: Any) -> None:
+    with pytest.raises(ValueError):
+        stamped_frame(event, seq)
 
 
 def test_parse_frame_round_trip() -> None:

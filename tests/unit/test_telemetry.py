@@ -52,6 +52,36 @@ print(json.dumps({"sdk": sorted(m for m in sys.modules if m.startswith(("opentel
                      "traceparent": None}
 
 
+def test_an_activity_starts_no_span_until_a_provider_is_installed_then_exactly_one() -> None:
+    """With no exporter an activity pays nothing for telemetry (no span started, nothing made current); once a
+    provider is installed (a setting, the Functions worker, a test) each activity is one span."""
+    found = _app_process("""
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from resilient.telemetry import spans
+
+class Counting:
+    def __init__(self, real):
+        self.real, self.started = real, 0
+    def start_as_current_span(self, *args, **kwargs):
+        self.started += 1
+        return self.real.start_as_current_span(*args, **kwargs)
+
+tracer = spans.TRACER = Counting(spans.TRACER)
+parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+def activity():
+    with spans.activity_span("run_phase", "resp_x", parent, {"phase.index": 0}) as span:
+        return {"invalid": span is trace.INVALID_SPAN, "current": trace.get_current_span() is span,
+                "recording": span.is_recording()}
+before = {"tracing": spans.tracing(), **activity(), "started": tracer.started}
+trace.set_tracer_provider(TracerProvider())
+after = {"tracing": spans.tracing(), **activity(), "started": tracer.started}
+print(json.dumps({"before": before, "after": after}))
+""")
+    assert found["before"] == {"tracing": False, "invalid": True, "current": True, "recording": False, "started": 0}
+    assert found["after"] == {"tracing": True, "invalid": False, "current": True, "recording": True, "started": 1}
+
+
 def test_the_console_setting_installs_the_sdk_and_storage_call_tracing() -> None:
     found = _app_process("""
 from opentelemetry import trace

@@ -11,6 +11,13 @@ fixed window would append more often per delta just when the process can least a
 delta go *down* under load, never up. The phase's last events (its closing events) go out at once, with
 whatever deltas are still waiting.
 
+Why the first append waits for the agent to wait: a phase's first append claims the log (see
+:mod:`resilient.engine.run.claim`) and goes out inline, before any other. Outputs the agent has ready at
+once (a burst of model chunks already received, or an agent that never waits) cost no time to wait for, so
+they ride in that first append (:meth:`Appender.open`) instead of paying a round trip of their own; the
+claim goes out the moment the agent first waits. A phase whose agent never waits is one append, with its
+closing events.
+
 Why a background control poller: reading ``status``/``cancel_requested``/``pending_input_count`` inline
 would stall the agent's stream for a storage round trip. :class:`ControlPoller` keeps the phase context the
 agent checks current: a cancel or steer handled by this process arrives at once through the process's
@@ -92,10 +99,12 @@ class AppendTarget(Protocol):
 
 
 class Appender:
-    """Appends one phase's events in the background, as few appends as the window allows.
+    """Appends one phase's events, as few appends as the window allows.
 
-    Use from one task: :meth:`add` per event, then :meth:`finish` with the closing events. A failed append
-    (lost ownership, storage down) is raised from the next :meth:`add` or from :meth:`finish`.
+    Use from one task: :meth:`add` the events of each output, :meth:`open` when the agent waits (the first
+    append, inline), then :meth:`finish` with the closing events. Until it is opened the appender only
+    collects; after, it appends in the background. A failed append (lost ownership, storage down) is raised
+    from :meth:`open`, the next :meth:`add` or :meth:`finish`.
     """
 
     def __init__(self, writer: AppendTarget, tuning: Tuning, *, load: CommittedFeed) -> None:
@@ -107,20 +116,49 @@ class Appender:
         self._buffer: list[JsonDict] = []
         self._final = False
         self._wake = asyncio.Event()
-        self._last_start = self._loop.time()  # the phase's opening append just went out
+        self._last_start = self._loop.time()
         self._task: asyncio.Task[None] | None = None
+        self.opened = False
         self.appends = 0
 
-    def add(self, event: JsonDict) -> None:
+    @property
+    def waiting(self) -> bool:
+        """Events were added that are not appended yet."""
+        return bool(self._buffer)
+
+    @property
+    def full(self) -> bool:
+        """As many events wait as one append should carry (an appender not opened yet should open now)."""
+        return len(self._buffer) >= self._max_events
+
+    def add(self, events: Sequence[JsonDict]) -> None:
+        """Take the events of one output (in stream order); appended after :meth:`open`."""
         self._raise_if_failed()
-        self._buffer.append(event)
+        if not events:
+            return
+        was_empty = not self._buffer
+        self._buffer.extend(events)
+        if not self.opened:
+            return
         if self._task is None:
             self._task = self._loop.create_task(self._run())
-        if len(self._buffer) == 1 or len(self._buffer) >= self._max_events:
+        if was_empty or len(self._buffer) >= self._max_events:
             self._wake.set()
 
+    async def open(self) -> None:
+        """The first append, of everything collected so far, inline: it claims the log, and what losing the
+        claim raises reaches the caller. Later events go out in the background, a window after it."""
+        if self.opened or not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        self._last_start = self._loop.time()
+        self.appends += 1
+        await self._writer.append(batch)
+        self.opened = True
+
     async def finish(self, closing: Sequence[JsonDict]) -> None:
-        """Append what is still waiting plus ``closing`` at once (after an append in flight), and stop."""
+        """Append what is still waiting plus ``closing`` at once (after an append in flight), and stop. For
+        an appender never opened this is the phase's only append (it claims the log)."""
         self._raise_if_failed()
         self._buffer.extend(closing)
         self._final = True

@@ -244,7 +244,7 @@ async def stream_phase(parts: PhaseParts, phase_row: PhaseRecord, claim: Claim, 
         if stopped and context.shutting_down:
             # No checkpoint: the step runs again on another worker (its attempt starts with a recovery reset),
             # and the item this attempt opened is closed now rather than left open for that one to close.
-            if claim.appended:
+            if claim.appended or appender.waiting:
                 await appender.finish(items.close("incomplete", ensure_item=False))
             log.warning("phase stopped: the worker is shutting down",
                         extra={"response_id": response_id, "phase": phase_row.index})
@@ -256,10 +256,11 @@ async def stream_phase(parts: PhaseParts, phase_row: PhaseRecord, claim: Claim, 
             closing = items.close(status, ensure_item=not phase_row.is_open)
         except AgentOutputError as exc:  # a streamed call whose arguments are not a JSON object
             return await failed_attempt(storage, response_id, phase_row.at, record, claim, items, exc, appender)
-        if claim.appended:
-            await appender.finish(closing)  # with the deltas still waiting: one append
-        else:
-            await claim.append(closing)  # the agent said nothing: the closing events claim the log
+        try:
+            # with the events still waiting, one append (it claims the log when the agent never waited)
+            await appender.finish(closing)
+        except Superseded as done:
+            return answer(phase_row, done.items, context.cancelled, context.pending_input_count)
         parts.worker.expect_next_activity(response_id)
     return Streamed(stopped, overtime)
 
@@ -292,7 +293,7 @@ async def failed_attempt(
                 extra={"response_id": response_id, "phase": index})
     message = str(failure)[:1000] or type(failure).__name__
     code = getattr(failure, "code", None) or "server_error"
-    if claim.appended:
+    if claim.appended or appender.waiting:
         await appender.finish(items.close("incomplete", ensure_item=False))
     error = {"code": code, "message": message}
     if isinstance(failure, TransientAgentError) and record.doc.get("background", False):

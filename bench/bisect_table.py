@@ -1,0 +1,113 @@
+"""The table of ``bench/bisect_points.sh``: each measured commit as a ratio to the base run beside it.
+
+``bisect_points.sh`` runs ``compare.py --only ours`` from a point's checkout and from the base's, in
+alternating order, and keeps each run's ``--json``. On a shared machine a millisecond figure moves with
+the load by as much as most commits do, so each point's run is divided by the base run of the same
+round (seconds apart), and the table shows the median of those ratios over the rounds, beside the
+point's own median figures. Points are listed in first-parent order from the base when ``--order`` is
+given a revision range (default ``e54b976..HEAD``), otherwise by name.
+
+    .venv/bin/python bench/bisect_table.py /tmp/bisect-out [--order e54b976..main] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+# (column, compare.py metric) — the figures issue 45 asks after; CPU ones are steadier than wall time.
+METRICS = (
+    ("whole run p50", "whole run p50 (ms)"),
+    ("reconnect 1st p50", "reconnect first event p50 (ms)"),
+    ("worker CPU/event", "worker CPU per event (ms; ref: whole server)"),
+    ("host CPU/event", "host-double host CPU per event (ms)"),
+    ("storage/reconnect", "storage calls per reconnect (mean)"),
+    ("storage/delta", "storage calls per delta (mean)"),
+)
+
+
+def load(out_dir: Path) -> dict[str, dict[int, dict[str, dict[str, float]]]]:
+    """``{sha: {round: {"point"|"base": metrics}}}`` from the JSON files of one output folder."""
+    found: dict[str, dict[int, dict[str, dict[str, float]]]] = defaultdict(lambda: defaultdict(dict))
+    for path in sorted(out_dir.glob("*.json")):
+        sha, round_, side = path.stem.split(".")
+        data: dict[str, Any] = json.loads(path.read_text())
+        found[sha][int(round_)][side] = data["metrics"]["ours"]
+    return found
+
+
+def first_parent_order(revisions: str) -> list[str]:
+    """Short SHAs of a range's first-parent history, oldest first (the order a step reads in)."""
+    out = subprocess.run(
+        ["git", "log", "--first-parent", "--reverse", "--format=%h", "--abbrev=7", revisions],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return out.split()
+
+
+def _median(values: list[float]) -> float:
+    clean = [v for v in values if not math.isnan(v)]
+    return statistics.median(clean) if clean else math.nan
+
+
+def row(rounds: dict[int, dict[str, dict[str, float]]]) -> dict[str, tuple[float, float, float]]:
+    """Per metric: the point's median, the base's median, the median of point/base per round."""
+    cells: dict[str, tuple[float, float, float]] = {}
+    pairs = [r for r in rounds.values() if "point" in r and "base" in r]
+    for column, key in METRICS:
+        points = [r["point"].get(key, math.nan) for r in pairs]
+        bases = [r["base"].get(key, math.nan) for r in pairs]
+        ratios = [p / b for p, b in zip(points, bases, strict=True) if b and not math.isnan(p / b)]
+        cells[column] = (_median(points), _median(bases), _median(ratios))
+    return cells
+
+
+def _fmt(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.3f}" if value < 1 else f"{value:.1f}"
+
+
+def render(found: dict[str, dict[int, dict[str, dict[str, float]]]], order: list[str], markdown: bool) -> str:
+    rank = {sha: i for i, sha in enumerate(order)}
+    shas = sorted(found, key=lambda s: (rank.get(s, len(rank)), s))
+    columns = [c for c, _ in METRICS]
+    header = ["#", "commit", "rounds", *[f"{c} (×base)" for c in columns]]
+    lines = []
+    for sha in shas:
+        cells = row(found[sha])
+        if all(math.isnan(v[0]) for v in cells.values()):
+            continue
+        n = sum(1 for r in found[sha].values() if "point" in r and "base" in r)
+        shown = [f"{_fmt(p)} ({r:.2f}×)" if not math.isnan(r) else _fmt(p) for p, _, r in cells.values()]
+        lines.append([str(rank.get(sha, "?") + 1 if sha in rank else "?"), sha, str(n), *shown])
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(cells) + " |" for cells in lines]
+        return "\n".join(out)
+    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(x, widths, strict=True)) for x in [header, *lines])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dirs", nargs="+", type=Path, help="bisect_points.sh output folders")
+    p.add_argument("--order", default="e54b976..HEAD", help="revision range giving the first-parent order")
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+    found: dict[str, dict[int, dict[str, dict[str, float]]]] = defaultdict(dict)
+    for out_dir in args.out_dirs:  # later folders add rounds (numbered after the earlier ones)
+        for sha, rounds in load(out_dir).items():
+            for r in rounds.values():
+                found[sha][len(found[sha]) + 1] = r
+    print(render(found, first_parent_order(args.order), args.markdown))
+
+
+if __name__ == "__main__":
+    main()

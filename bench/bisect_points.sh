@@ -15,6 +15,11 @@
 # "--count-storage": the script passes this Azurite's ports to it). Starts an Azurite of its own
 # (temporary) and stops exactly that one on exit. Each compare.py call spawns its own host double with the
 # point's own tests/hostdouble and function_app.py, so the double's changes are in the figures too.
+#
+# PAIRED=1: instead of alternating calls, each round is one `bench/bisect_pair.py` run (this checkout's
+# compare.py driving a double of the point and one of the base at once, runs interleaved one by one, each
+# double on an Azurite of its own): OUT_DIR/<sha>.<round>.pair.json. Wall times need this on a busy
+# machine; CPU per event is steady enough either way. COMPARE_ARGS does not apply to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,6 +33,7 @@ CREATED=()
 
 cleanup() {
   bash scripts/azurite.sh stop "$INSTANCE" || true
+  if [ "${PAIRED:-0}" = 1 ]; then bash scripts/azurite.sh stop "$INSTANCE-b" || true; fi
   if [ "${KEEP_WORKTREES:-0}" != 1 ]; then
     for dir in "${CREATED[@]}"; do git -C "$ROOT" worktree remove --force "$dir" || true; done
   fi
@@ -49,6 +55,10 @@ checkout() {  # checkout SHA: sets DIR to its checkout (created once, detached)
 }
 
 bash scripts/azurite.sh start "$INSTANCE" --temporary
+if [ "${PAIRED:-0}" = 1 ]; then
+  bash scripts/azurite.sh start "$INSTANCE-b" --temporary
+  SECOND="$(bash scripts/azurite.sh connection-string "$INSTANCE-b")"
+fi
 AzureWebJobsStorage="$(bash scripts/azurite.sh connection-string "$INSTANCE")"
 export AzureWebJobsStorage
 export TASKHUB_NAME="${TASKHUB_NAME:-ResilientResponsesLocal}"
@@ -66,7 +76,11 @@ for sha in "$@"; do
   short=$(git -C "$ROOT" rev-parse --short=7 "$sha")
   checkout "$sha"; dir=$DIR
   for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then
+    if [ "${PAIRED:-0}" = 1 ]; then
+      .venv/bin/python bench/bisect_pair.py --base "$BASE_DIR" --point "$dir" --base-storage "$AzureWebJobsStorage" \
+        --point-storage "$SECOND" --runs "$RUNS" --json "$OUT/$short.$round.pair.json" \
+        >"$OUT/$short.$round.pair.log" 2>&1 || echo "bisect_pair.py failed for $short (see its log)" >&2
+    elif [ $((round % 2)) = 1 ]; then
       run "$BASE_DIR" "$OUT/$short.$round.base.json"; run "$dir" "$OUT/$short.$round.point.json"
     else
       run "$dir" "$OUT/$short.$round.point.json"; run "$BASE_DIR" "$OUT/$short.$round.base.json"

@@ -22,23 +22,48 @@ from pathlib import Path
 from typing import Any
 
 # (column, compare.py metric) — the figures issue 45 asks after; CPU ones are steadier than wall time.
+WORKER = "worker CPU per event (ms; ref: whole server)"
+HOST = "host-double host CPU per event (ms)"
 METRICS = (
     ("whole run p50", "whole run p50 (ms)"),
     ("reconnect 1st p50", "reconnect first event p50 (ms)"),
-    ("worker CPU/event", "worker CPU per event (ms; ref: whole server)"),
-    ("host CPU/event", "host-double host CPU per event (ms)"),
+    ("worker CPU/event", WORKER),
+    ("host CPU/event", HOST),
     ("storage/reconnect", "storage calls per reconnect (mean)"),
     ("storage/delta", "storage calls per delta (mean)"),
 )
 
 
-def load(out_dir: Path) -> dict[str, dict[int, dict[str, dict[str, float]]]]:
-    """``{sha: {round: {"point"|"base": metrics}}}`` from the JSON files of one output folder."""
-    found: dict[str, dict[int, dict[str, dict[str, float]]]] = defaultdict(lambda: defaultdict(dict))
+def figures(data: dict[str, Any], side: str) -> dict[str, float]:
+    """One side's figures from a ``compare.py --json`` file, CPU recomputed from its runs.
+
+    Recomputed because in a ``bisect_pair.py`` file the base is compare.py's "reference" side, whose
+    "worker CPU" metric is its whole process (right for the reference SDK, not for a host double).
+    """
+    m = dict(data["metrics"][side])
+    runs = [r for r in data["runs"][side] if r["ok"] and not math.isnan(float(r["cpu_s"]))]
+    events = sum(r["events"] for r in runs)
+    if events:
+        m[WORKER] = sum(float(r["cpu_children_s"]) for r in runs) / events * 1000
+        m[HOST] = sum(float(r["cpu_root_s"]) for r in runs) / events * 1000
+    return m
+
+
+def load(out_dir: Path) -> dict[str, dict[str, dict[int, dict[str, dict[str, float]]]]]:
+    """``{mode: {sha: {round: {"point"|"base": figures}}}}`` from one output folder.
+
+    ``<sha>.<round>.point.json`` / ``.base.json`` (alternating calls) are mode "alternating";
+    ``<sha>.<round>.pair.json`` (``bisect_pair.py``: both sides in one file) is mode "paired".
+    """
+    found: dict[str, dict[str, dict[int, dict[str, dict[str, float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict)))
     for path in sorted(out_dir.glob("*.json")):
         sha, round_, side = path.stem.split(".")
         data: dict[str, Any] = json.loads(path.read_text())
-        found[sha][int(round_)][side] = data["metrics"]["ours"]
+        if side == "pair":
+            found["paired"][sha][int(round_)] = {"point": figures(data, "ours"), "base": figures(data, "reference")}
+        else:
+            found["alternating"][sha][int(round_)][side] = figures(data, "ours")
     return found
 
 
@@ -101,12 +126,17 @@ def main() -> None:
     p.add_argument("--order", default="e54b976..HEAD", help="revision range giving the first-parent order")
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args()
-    found: dict[str, dict[int, dict[str, dict[str, float]]]] = defaultdict(dict)
+    order = first_parent_order(args.order)
+    merged: dict[str, dict[str, dict[int, dict[str, dict[str, float]]]]] = defaultdict(lambda: defaultdict(dict))
     for out_dir in args.out_dirs:  # later folders add rounds (numbered after the earlier ones)
-        for sha, rounds in load(out_dir).items():
-            for r in rounds.values():
-                found[sha][len(found[sha]) + 1] = r
-    print(render(found, first_parent_order(args.order), args.markdown))
+        for mode, shas in load(out_dir).items():
+            for sha, rounds in shas.items():
+                for r in rounds.values():
+                    merged[mode][sha][len(merged[mode][sha]) + 1] = r
+    for mode in sorted(merged):
+        print(f"{mode}:")
+        print(render(merged[mode], order, args.markdown))
+        print()
 
 
 if __name__ == "__main__":

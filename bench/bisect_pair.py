@@ -9,7 +9,7 @@ cannot meet) and hands both to this checkout's ``compare.py`` as ``--ours`` (the
 writes has both sides' runs; ``bisect_table.py`` reads it like a ``bisect_points.sh`` pair.
 
     .venv/bin/python bench/bisect_pair.py --base /work/wt/old --point ../bisect-point-abc1234 \\
-        --base-storage "$CONN_A" --point-storage "$CONN_B" --runs 20 --json out.json
+        --base-storage "$CONN_A" --point-storage "$CONN_B" --runs 20 --json out.json [compare.py options]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--json", required=True)
     p.add_argument("--ready-timeout", type=float, default=90)
-    args = p.parse_args()
+    args, extra = p.parse_known_args()  # anything else goes to compare.py as is (e.g. --settle-ms 1000)
     log_dir = Path(tempfile.mkdtemp(prefix="bisect-pair-"))
     servers: list[compare.ManagedServer] = []
     try:
@@ -75,7 +75,7 @@ def main() -> int:
         return compare.main([
             "--ours", point.url, "--ours-pid", str(point.pid),  # type: ignore[attr-defined]
             "--reference", base.url, "--reference-pid", str(base.pid),  # type: ignore[attr-defined]
-            "--runs", str(args.runs), "--idle-seconds", "0", "--json", args.json,
+            "--runs", str(args.runs), "--idle-seconds", "0", "--json", args.json, *extra,
         ])
     finally:
         for server in reversed(servers):

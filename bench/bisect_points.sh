@@ -4,7 +4,8 @@
 #   bash bench/bisect_points.sh OUT_DIR ROUNDS SHA [SHA ...]
 #
 # For each SHA: a detached worktree of it (created next to this checkout as bisect-point-<sha>, .venv and
-# node_modules symlinked from this checkout, removed at the end unless KEEP_WORKTREES=1), then ROUNDS
+# node_modules symlinked from this checkout, removed at the end unless KEEP_WORKTREES=1; WORKTREE_PREFIX
+# renames them so two runs of this script do not share one), then ROUNDS
 # rounds of `bench/compare.py --start --only ours` run from the point's checkout and from the base's, the
 # order swapped every round (base, point; point, base; ...) so a drift in the machine's load hits both.
 # Every run writes OUT_DIR/<sha>.<round>.point.json and OUT_DIR/<sha>.<round>.base.json (compare.py
@@ -19,7 +20,8 @@
 # PAIRED=1: instead of alternating calls, each round is one `bench/bisect_pair.py` run (this checkout's
 # compare.py driving a double of the point and one of the base at once, runs interleaved one by one, each
 # double on an Azurite of its own): OUT_DIR/<sha>.<round>.pair.json. Wall times need this on a busy
-# machine; CPU per event is steady enough either way. COMPARE_ARGS does not apply to it.
+# machine; CPU per event is steady enough either way. COMPARE_ARGS does not apply to it;
+# PAIR_ARGS (e.g. "--settle-ms 1000") is passed to compare.py through bisect_pair.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -45,7 +47,7 @@ trap 'exit 143' TERM
 checkout() {  # checkout SHA: sets DIR to its checkout (created once, detached)
   local sha
   sha=$(git -C "$ROOT" rev-parse --short=7 "$1")
-  DIR="$PARENT/bisect-point-$sha"
+  DIR="$PARENT/${WORKTREE_PREFIX:-bisect-point}-$sha"
   if [ ! -d "$DIR" ]; then
     git -C "$ROOT" worktree add --detach "$DIR" "$sha" >/dev/null 2>&1
     ln -sfn "$(realpath "$ROOT/.venv")" "$DIR/.venv"
@@ -78,7 +80,7 @@ for sha in "$@"; do
   for round in $(seq 1 "$ROUNDS"); do
     if [ "${PAIRED:-0}" = 1 ]; then
       .venv/bin/python bench/bisect_pair.py --base "$BASE_DIR" --point "$dir" --base-storage "$AzureWebJobsStorage" \
-        --point-storage "$SECOND" --runs "$RUNS" --json "$OUT/$short.$round.pair.json" \
+        --point-storage "$SECOND" --runs "$RUNS" --json "$OUT/$short.$round.pair.json" ${PAIR_ARGS:-} \
         >"$OUT/$short.$round.pair.log" 2>&1 || echo "bisect_pair.py failed for $short (see its log)" >&2
     elif [ $((round % 2)) = 1 ]; then
       run "$BASE_DIR" "$OUT/$short.$round.base.json"; run "$dir" "$OUT/$short.$round.point.json"

@@ -24,11 +24,13 @@ from typing import Any
 # (column, compare.py metric) — the figures issue 45 asks after; CPU ones are steadier than wall time.
 WORKER = "worker CPU per event (ms; ref: whole server)"
 HOST = "host-double host CPU per event (ms)"
+RECONNECT_CPU = "server CPU per reconnect (ms, mean)"
 METRICS = (
     ("whole run p50", "whole run p50 (ms)"),
     ("reconnect 1st p50", "reconnect first event p50 (ms)"),
     ("worker CPU/event", WORKER),
     ("host CPU/event", HOST),
+    ("CPU/reconnect", RECONNECT_CPU),
     ("storage/reconnect", "storage calls per reconnect (mean)"),
     ("storage/delta", "storage calls per delta (mean)"),
 )
@@ -46,6 +48,9 @@ def figures(data: dict[str, Any], side: str) -> dict[str, float]:
     if events:
         m[WORKER] = sum(float(r["cpu_children_s"]) for r in runs) / events * 1000
         m[HOST] = sum(float(r["cpu_root_s"]) for r in runs) / events * 1000
+    reconnects = [float(r["reconnect_cpu_s"]) for r in runs if not math.isnan(float(r["reconnect_cpu_s"]))]
+    if reconnects:  # 10 ms CPU ticks: only the mean over many reconnects means anything
+        m[RECONNECT_CPU] = statistics.fmean(reconnects) * 1000
     return m
 
 
@@ -102,16 +107,18 @@ def _fmt(value: float) -> str:
 def render(found: dict[str, dict[int, dict[str, dict[str, float]]]], order: list[str], markdown: bool) -> str:
     rank = {sha: i for i, sha in enumerate(order)}
     shas = sorted(found, key=lambda s: (rank.get(s, len(rank)), s))
-    columns = [c for c, _ in METRICS]
+    rows = {sha: row(found[sha]) for sha in shas}
+    # a column no point has (storage counts without --count-storage) is left out
+    columns = [c for c, _ in METRICS if any(not math.isnan(cells[c][0]) for cells in rows.values())]
     header = ["#", "commit", "rounds", *[f"{c} (×base)" for c in columns]]
     lines = []
-    for sha in shas:
-        cells = row(found[sha])
-        if all(math.isnan(v[0]) for v in cells.values()):
+    for sha, cells in rows.items():
+        if all(math.isnan(cells[c][0]) for c in columns):
             continue
         n = sum(1 for r in found[sha].values() if "point" in r and "base" in r)
-        shown = [f"{_fmt(p)} ({r:.2f}×)" if not math.isnan(r) else _fmt(p) for p, _, r in cells.values()]
-        lines.append([str(rank.get(sha, "?") + 1 if sha in rank else "?"), sha, str(n), *shown])
+        shown = [f"{_fmt(p)} ({r:.2f}×)" if not math.isnan(r) else _fmt(p)
+                 for p, _, r in (cells[c] for c in columns)]
+        lines.append([str(rank[sha] + 1) if sha in rank else "?", sha, str(n), *shown])
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(cells) + " |" for cells in lines]

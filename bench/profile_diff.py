@@ -24,16 +24,16 @@ FRAME = re.compile(r"^(?P<func>.*?) \((?P<path>[^()]*?):\d+\)$")
 
 
 def package(path: str) -> str:
-    """The owning package of a source path: a site-packages distribution, or the repo's folder two deep."""
+    """The owning package of a frame's source path. py-spy names files relative to their import root
+    (``resilient/storage/eventwriter.py``, ``core/pipeline/_base_async.py`` for azure-core,
+    ``asyncio/events.py``): the repo's code by its folder two deep, anything else by its first folder,
+    a top-level module by its file."""
     if "site-packages/" in path:
-        return path.split("site-packages/", 1)[1].split("/", 1)[0]
-    for root in ("resilient/", "tests/hostdouble/"):
-        if root in path:
-            rest = path.split(root, 1)[1].split("/")
-            return root + (rest[0] if len(rest) > 1 else "")
-    if "/lib/python" in path:
-        return "stdlib:" + path.split("/lib/python", 1)[1].split("/", 2)[1].removesuffix(".py")
-    return path.rsplit("/", 1)[-1]
+        path = path.split("site-packages/", 1)[1]
+    parts = path.split("/")
+    if parts[0] in ("resilient", "tests") and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
 
 
 def inclusive(path: Path) -> tuple[collections.Counter[str], collections.Counter[str], int]:
@@ -58,7 +58,7 @@ def inclusive(path: Path) -> tuple[collections.Counter[str], collections.Counter
                 continue
             src = match["path"]
             seen_pkg.add(package(src))
-            seen_fn.add(f"{match['func']} ({package(src)}/{src.rsplit('/', 1)[-1]})")
+            seen_fn.add(f"{match['func']} ({src})")
         for key in seen_pkg:
             packages[key] += n
         for key in seen_fn:

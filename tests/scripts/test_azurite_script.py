@@ -26,6 +26,14 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _program(pid: int) -> str:
+    """The program a process runs now (its argv[0]), or "" once it is gone."""
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]).decode()
+    except OSError:
+        return ""
+
+
 def _free_ports(count: int) -> list[int]:
     socks = [socket.socket() for _ in range(count)]
     try:
@@ -44,17 +52,20 @@ def test_azurite_ignores_its_starter_s_ctrl_c_and_stops_when_asked(tmp_path: Pat
     env = {**os.environ, "AZURITE_BLOB_PORT": str(blob), "AZURITE_QUEUE_PORT": str(queue),
            "AZURITE_TABLE_PORT": str(table)}
     # The starter is a shell in a session (and group) of its own that waits after starting Azurite, as
-    # scripts/run.sh does while its host runs. The Ctrl-C comes once the start script has returned: one
-    # that lands inside its readiness probe is the probe's to handle, not what this test is about.
+    # scripts/run.sh does while its host runs. The Ctrl-C comes once the start script has returned and the
+    # starter waits: one that lands inside the readiness probe is the probe's to handle, and one that lands
+    # while the shell still runs `touch` lets the shell go on (bash exits on SIGINT only when its child
+    # died of it), neither of which is what this test is about. So the shell becomes `sleep` (exec) and the
+    # test waits until it has.
     starter = subprocess.Popen(["bash", "-c", f"bash scripts/azurite.sh start {instance} --temporary && "
-                                f"touch '{started}' && sleep 60"],
+                                f"touch '{started}' && exec sleep 60"],
                                cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:
+        while not (started.exists() and _program(starter.pid) == "sleep") and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert started.exists() and _listening(table)
+        assert started.exists() and _program(starter.pid) == "sleep" and _listening(table)
         pid = int((ROOT / ".azurite" / instance / "pid").read_text())
         assert os.getpgid(pid) != starter.pid and os.getsid(pid) == starter.pid  # own group, same session
         os.killpg(starter.pid, signal.SIGINT)  # Ctrl-C

@@ -38,7 +38,7 @@ from resilient.engine.chain.continuation import (
     answered_turn,
     check_continuation,
 )
-from resilient.engine.chain.lifecycle import CANCEL_SETTLE_SECONDS, DELETED_MARK
+from resilient.engine.chain.lifecycle import CANCEL_SETTLE_SECONDS
 from resilient.engine.chain.refusals import Refused
 from resilient.engine.chain.snapshot import response_object
 from resilient.engine.heal.repair import Repairer
@@ -242,7 +242,7 @@ class ResponsesService:
             previous = await self.storage.responses.get(request.previous_response_id)
         except NotFound:
             previous = None
-        if previous is None or not previous.doc.get("store", True) or previous.doc.get(DELETED_MARK):
+        if previous is None or not lifecycle.is_stored(previous.doc):
             raise errors.invalid_request(  # 400, as the OpenAI API answers (not 404: the route exists)
                 f"Previous response with id {errors.echo(request.previous_response_id)} not found.",
                 code=errors.CODE_PREVIOUS_RESPONSE_NOT_FOUND, param="previous_response_id")

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from resilient.agents.base import output_text
 from resilient.engine.chain import turns
-from resilient.engine.chain.lifecycle import DELETED_MARK
+from resilient.engine.chain.lifecycle import stored
 from resilient.engine.chain.references import find_referenced
-from resilient.engine.chain.refusals import Invalid
+from resilient.engine.chain.refusals import Invalid, NotStored
 from resilient.ids import response_of_item
 from resilient.protocol import errors
 from resilient.storage.errors import NotFound
@@ -78,10 +78,10 @@ async def answered_turn(storage: Storage, request: CreateResponseRequest) -> Ans
     request_id = errors.echo(answer.approval_request_id)
     holder = response_of_item(answer.approval_request_id)
     try:
-        record = await storage.responses.get(holder) if holder is not None else None
-    except NotFound:
+        record = await stored(storage, holder) if holder is not None else None
+    except NotStored:
         record = None
-    if record is None or not record.doc.get("store", True) or record.doc.get(DELETED_MARK):
+    if record is None:
         raise _invalid(f"No stored approval request with id {request_id}: answer a stored response's request, "
                        "or send previous_response_id (or conversation).", param=param,
                        code=errors.CODE_APPROVAL_NOT_FOUND)

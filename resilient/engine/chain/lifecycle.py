@@ -43,6 +43,11 @@ CANCEL_POLL_SECONDS = 0.05
 RUN_OVER_WAIT_SECONDS = 2.0
 
 
+def is_stored(doc: dict[str, object]) -> bool:
+    """Whether a response's document may be read back: stored (``store`` not false) and not deleted."""
+    return bool(doc.get("store", True)) and not doc.get(DELETED_MARK)
+
+
 async def stored(storage: Storage, response_id: str) -> ResponseRecord:
     """The stored row; :class:`NotStored` for unknown ids, hostile ids, deleted or ``store=false`` responses."""
     try:
@@ -50,7 +55,7 @@ async def stored(storage: Storage, response_id: str) -> ResponseRecord:
         record = await storage.responses.get(response_id)
     except (InvalidId, NotFound):
         raise NotStored(response_id) from None
-    if not record.doc.get("store", True) or record.doc.get(DELETED_MARK):
+    if not is_stored(record.doc):
         raise NotStored(response_id)
     return record
 

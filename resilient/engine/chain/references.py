@@ -28,7 +28,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from resilient.engine.chain.lifecycle import DELETED_MARK
+from resilient.engine.chain.lifecycle import is_stored
 from resilient.ids import response_of_item
 from resilient.storage.errors import NotFound
 from resilient.storage.ports import JsonDict
@@ -87,7 +87,7 @@ async def _from_response(storage: Storage, response_id: str, wanted: set[str],
     except NotFound:
         return {}
     doc = record.doc
-    if not doc.get("store", True) or doc.get(DELETED_MARK):
+    if not is_stored(doc):
         return {}
     if chain_id is not None and doc.get("chain_id") != chain_id:
         return {}

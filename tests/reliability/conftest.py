@@ -405,9 +405,10 @@ def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:
     """R3: at most one phase repeated per kill, counted two ways.
 
     The host's side (double stats): a ``run_phase`` the host failed because its worker exited is a phase
-    the orchestrator calls again; nothing is re-delivered. Every ``run_phase`` delivery is one of the
-    plan's phases, one of those retries, or (after a repair restarted the orchestration) a call for a
-    finished phase that only returns its checkpoint. The app's side (its log lines): a phase that streamed
+    the orchestrator calls again; nothing is re-delivered unless the host recycles. Every ``run_phase``
+    delivery is one of the plan's phases, one of those retries, a call sent again, a work item a stopping
+    host left behind, or (after a repair restarted the orchestration) a call for a finished phase that only
+    returns its checkpoint. The app's side (its log lines): a phase that streamed
     to its end more than once, or an attempt that started by resetting a partial phase, is a repeat."""
     problems: list[str] = []
     repeated = run.app.recovering + max(0, run.app.phases_done - PHASES)
@@ -420,8 +421,10 @@ def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:
     if failed > run.crashes:
         problems.append(f"R3 {failed} run_phase failed by a worker exit for {run.crashes} crash(es)")
     # A worker's crash fails its activity (the orchestrator calls it again); nothing is re-delivered. Only a
-    # host that stops (a recycle at the restart limit) can leave a run_phase it had taken but not started to
-    # reappear after its visibility timeout: a late first start, not a repeat (the app's log counts repeats).
+    # host that stops (a recycle at the restart limit) makes a run_phase reappear after its visibility
+    # timeout: one it had taken but not started (a late first start), or one whose result it had sent but
+    # whose work item it had not yet deleted when it stopped (DTFx sends the result, then deletes the item),
+    # which runs again and finds its phase's checkpoint. Either way the app's log counts the repeats.
     redelivered = run.delta("activity_redeliveries", "run_phase")
     recycles = int(run.stats_after.get("host_recycles", 0)) - int(run.stats_before.get("host_recycles", 0))
     if redelivered > recycles:
@@ -432,11 +435,12 @@ def _check_phase_work(run: CrashRun, *, host_stats: bool = True) -> list[str]:
     # again and sends it again (DTFx sends before it checkpoints): a second delivery of the same call, which
     # finds the first one's checkpoint or is fenced off by it.
     resent = run.delta("activity_sends_before_a_failed_checkpoint", "run_phase")
-    low, high = PHASES + failed, PHASES + failed + PHASES * run.app.repairs + resent
+    low = PHASES + failed
+    high = low + PHASES * run.app.repairs + resent + min(redelivered, recycles)
     if not low <= deliveries <= high:
         problems.append(f"R3 {deliveries} run_phase deliveries, expected {low}..{high} ({failed} failed by a "
                         f"worker exit, {run.app.repairs} repair(s), {resent} sent again after a failed "
-                        "checkpoint)")
+                        f"checkpoint, {redelivered} re-delivered after {recycles} host recycle(s))")
     return problems
 
 

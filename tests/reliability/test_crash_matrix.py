@@ -234,9 +234,15 @@ def test_the_phase_work_check_flags_more_repeated_phases_than_kills() -> None:
     assert _check_phase_work(run(1, PHASES + 3, AppLog(PHASES, 1, 0), resent=1)) != []
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES, 2, 0))) != []  # two partial phases reset
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES + 1, 1, 0))) != []  # a finished phase re-streamed
-    # a re-delivered run_phase: wrong after a worker crash, possible once per host recycle (taken, not started)
+    # a re-delivered run_phase: wrong after a worker crash, possible once per host recycle, either taken and
+    # not started (no extra delivery) or run with its result sent before the stopping host deleted it (one
+    # extra delivery, which finds the checkpoint: the app's log shows no second repeat)
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES, 1, 0), redelivered=1)) != []
     assert _check_phase_work(run(1, PHASES + 1, AppLog(PHASES, 1, 0), redelivered=1, recycles=1)) == []
+    assert _check_phase_work(run(1, PHASES + 2, AppLog(PHASES, 1, 0), redelivered=1, recycles=1)) == []
+    assert _check_phase_work(run(1, PHASES + 2, AppLog(PHASES, 1, 0), redelivered=1)) != []
+    assert _check_phase_work(run(1, PHASES + 3, AppLog(PHASES, 1, 0), redelivered=1, recycles=1)) != []
+    assert _check_phase_work(run(1, PHASES + 2, AppLog(PHASES, 2, 0), redelivered=1, recycles=1)) != []
     log = "x | phase done | response_id=resp_x phase=0\nphase done | response_id=resp_xy phase=0\n"
     assert AppLog.of(log + "recovering phase | response_id=resp_x phase=1", "resp_x") == AppLog(1, 1, 0)
 

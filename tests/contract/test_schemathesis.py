@@ -26,7 +26,7 @@ import pytest
 from tests.contract.conftest import OPENAPI
 from tests.hostdouble.api import HostDouble
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=85)]
 
 EXCLUDED_CHECKS = "ignored_auth,missing_required_header,unsupported_method"
 SEED = int(os.environ.get("SCHEMATHESIS_SEED", "20261201"))

@@ -16,7 +16,7 @@ from tests.frameworkagents.model import ToolLoop
 from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import follow, kill, read_events
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=85)  # about that long in all; see tests/conftest.py
 
 FAULT_FREE_TYPES = 13  # events of the fault-free run (asserted below, so a change of the stream shows here)
 

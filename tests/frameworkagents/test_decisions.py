@@ -17,7 +17,7 @@ from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import kill, read_events
 from tests.scenario.conftest import wait_until
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=16)  # about that long in all; see tests/conftest.py
 
 
 def test_a_kill_while_the_second_tool_runs_repeats_only_that_tool_with_the_same_key(

@@ -19,7 +19,7 @@ from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import follow, kill, read_events
 from tests.scenario.conftest import ROOT
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=100)  # about that long in all; see tests/conftest.py
 
 FAULT_FREE_EVENTS = 15  # events of the fault-free run (asserted below, so a change of the stream shows here)
 EXPECTED = "Drafted from the outline of matrix. Published."

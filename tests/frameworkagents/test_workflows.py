@@ -21,7 +21,7 @@ from tests.hostdouble.api import HostDouble
 from tests.reliability.conftest import follow, kill, read_events
 from tests.scenario.conftest import ROOT, wait_until
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=120)  # about that long in all; see tests/conftest.py
 
 WORKFLOW = "tests.frameworkagents.app_workflow:build"
 

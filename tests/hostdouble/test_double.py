@@ -23,7 +23,7 @@ from tests.hostdouble.testkit import start_double as _start_double
 from tests.hostdouble.testkit import uid as _uid
 from tests.hostdouble.testkit import wait as _wait
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=80)  # about that long in all; see tests/conftest.py
 
 TEST_TIMEOUT = 90  # hard bound per test (the process is killed with a traceback dump beyond this)
 

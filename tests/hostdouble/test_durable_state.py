@@ -22,7 +22,7 @@ from tests.hostdouble.durable.messaging import Envelope, MessageGone, Queues
 from tests.hostdouble.durable.store import HistoryConflict, Storage, TaskHubNames
 from tests.hostdouble.testkit import WAIT, done, history, markers, start, start_double, uid, wait, wait_until
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=85)  # about that long in all; see tests/conftest.py
 
 TEST_TIMEOUT = 150
 

@@ -81,7 +81,7 @@ async def test_closed_port_raises_storage_unavailable_quickly(dead_storage: Stor
         assert time.monotonic() - started < 5
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=12)
 async def test_default_retry_bridges_seconds_but_does_not_hang() -> None:
     clients = StorageClients(dead_settings(unique_prefix()), retry=RetryConfig())
     try:

@@ -34,7 +34,7 @@ from tests.durable_standin import Durable, Injected
 from tests.integration.conftest import new_conversation
 from tests.memory_storage import MemoryBackend, build_memory_storage
 
-pytestmark = pytest.mark.slow  # runs first on the parallel test workers (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=30)  # about that long in all; see tests/conftest.py
 
 QUESTION = "How does a run come back after its orchestration died?"
 WAIT_S = 30.0

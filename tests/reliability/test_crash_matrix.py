@@ -66,7 +66,7 @@ from tests.reliability.conftest import (
 from tests.reliability.tcpproxy import TcpProxy
 from tests.scenario.conftest import ROOT, knobs
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=190)]
 
 FINALIZE_LATENCY_S = 0.25  # per storage request while finalize runs: its ≥ 4 round trips take ≥ 1 s
 ORCHESTRATOR, CHAIN_LOCK = "responses_orchestrator", "chain_lock"

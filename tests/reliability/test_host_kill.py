@@ -38,7 +38,7 @@ from tests.reliability.conftest import (
 )
 from tests.scenario.conftest import ROOT, knobs, rebuild
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=75)]
 
 RUNS = 3
 COMPLETE_WITHIN_S = 120.0

@@ -54,7 +54,7 @@ from resilient.storage.feed import CommittedFeed
 from resilient.storage.ports import JsonDict
 from tests.durable_standin import Durable
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=65)]
 
 REPETITIONS = int(os.environ.get("RACE_REPETITIONS", "100"))
 CONCURRENCY = int(os.environ.get("RACE_CONCURRENCY", "10"))

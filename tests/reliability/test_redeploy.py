@@ -37,7 +37,7 @@ from tests.reliability.conftest import (
 )
 from tests.scenario.conftest import ROOT, knobs
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=14)]
 
 STEP_BEFORE = ("                result = yield from self.run_phase(index, last=is_open or index == phases - 1, "
                "position=position)\n")

@@ -48,7 +48,7 @@ from tests.reliability.conftest import (
 )
 from tests.scenario.conftest import ROOT, knobs
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=50)]
 
 SLOW_DELAY_MS = 120  # slow enough that the run is still in phase 0 or 1 when its orchestration is taken away
 

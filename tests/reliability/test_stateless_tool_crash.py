@@ -29,7 +29,7 @@ from tests.reliability.conftest import (
 from tests.scenario.conftest import knobs
 from tests.scenario.test_tools_and_approval import LOOKUP
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=8)]
 
 CALL = {"type": "function_call", "id": "fc_stateless", "call_id": "call_stateless", "name": "lookup",
         "arguments": "{\"query\": \"Survive the crash matrix\"}", "status": "completed"}

@@ -36,7 +36,7 @@ from tests.reliability.conftest import PHASES, TERMINAL, follow, read_events, se
 from tests.reliability.tcpproxy import TcpProxy
 from tests.scenario.conftest import knobs, rebuild
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=50)]
 
 QUESTION = "Outlast the storage outage"
 WORDS, DELAY_MS = 24, 100  # ~2.5 s of deltas per phase, each delta its own append

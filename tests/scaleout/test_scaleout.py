@@ -22,7 +22,7 @@ from tests.scaleout.conftest import PARTITIONS, client_for, owners, runner_of
 from tests.scenario.conftest import knobs
 from tests.scenario.test_tools_and_approval import LOOKUP
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=125)]
 
 QUESTION = "Scale out under a running run"
 RUN = knobs(phases=4, words=8, delay_ms=120)  # ~4 s of deltas: long enough to change the instances under it

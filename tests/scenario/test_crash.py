@@ -18,7 +18,7 @@ from openai import OpenAI
 from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import knobs, rebuild, wait_until
 
-pytestmark = [pytest.mark.azurite, pytest.mark.slow]
+pytestmark = [pytest.mark.azurite, pytest.mark.slow(seconds=27)]
 
 
 def _crash(double: HostDouble) -> None:

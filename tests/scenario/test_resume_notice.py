@@ -13,7 +13,7 @@ from tests.hostdouble.api import HostDouble
 from tests.scenario.conftest import knobs, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow]  # a worker restart and a resumed run: about 30 s
+pytestmark = [pytest.mark.slow(seconds=35)]  # a worker restart and a resumed run: about 30 s
 
 
 def test_a_restart_with_unfinished_runs_logs_one_line_saying_when_they_resume() -> None:

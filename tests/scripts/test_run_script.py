@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow(seconds=26)]
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0  # setup.sh (an idempotent pip check) + Azurite + the host double and its worker

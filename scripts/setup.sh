@@ -24,8 +24,6 @@ elif ! .venv/bin/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12
        "(set PYTHON=/path/to/python3.13 to choose the interpreter)" >&2
   exit 1
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 # node_modules: Azurite, and the JavaScript clients tests/clients drives (package.json). Installed again
 # whenever it no longer matches package-lock.json (a pull that changed it), checked in one node call.
 if [ ! -x node_modules/.bin/azurite ] || ! node scripts/node_deps_current.mjs; then
@@ -34,7 +32,14 @@ if [ ! -x node_modules/.bin/azurite ] || ! node scripts/node_deps_current.mjs; t
     exit 1
   fi
   echo "setup: npm ci (Azurite, AI SDK: package-lock.json)"
-  npm ci --no-audit --no-fund --loglevel=error
+  # beside pip's install (each keeps one core busy for about as long), waited for below
+  npm ci --no-audit --no-fund --loglevel=error &
+  npm_pid=$!
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+if [ -n "${npm_pid:-}" ] && ! wait "$npm_pid"; then
+  echo "error: npm ci failed" >&2
+  exit 1
 fi
 if [ ! -f local.settings.json ]; then
   cp local.settings.sample.json local.settings.json

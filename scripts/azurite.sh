@@ -7,7 +7,8 @@
 #   bash scripts/azurite.sh status NAME
 #
 # Each instance lives in .azurite/NAME/ (git-ignored): data/, pid, ports, log. Its data stays there
-# across restarts; --fresh wipes it first; --temporary removes the whole folder on stop (tests).
+# across restarts; --fresh wipes it first; --temporary keeps the data in memory only and removes the whole
+# folder on stop (tests).
 # Ports: AZURITE_BLOB_PORT / AZURITE_QUEUE_PORT / AZURITE_TABLE_PORT when all three are set; otherwise
 # the ports this instance used last time, when they are free; otherwise three free ports, remembered.
 # So `scripts/run.sh` (instance "run") and `.ci/run` (its own instance) never share ports or data, and
@@ -69,7 +70,10 @@ our_pid() {  # the recorded PID, only if that process is still the Azurite start
   local pid; pid=$(cat "$PIDFILE")
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
   local command; command=$(ps -ww -o command= -p "$pid" 2>/dev/null) || return 1  # -ww: COLUMNS must not cut it
-  [[ "$command" == *"--location $DATA" ]] || return 1
+  if [[ "$command" == *"--location $DATA" ]]; then echo "$pid"; return 0; fi
+  # a temporary instance has no data folder: it is ours if it serves our blob port (one process per port)
+  local blob; read -r blob _ < "$PORTFILE" 2>/dev/null || return 1
+  [[ "$command" == *"--inMemoryPersistence"* && "$command" == *"--blobPort $blob "* ]] || return 1
   echo "$pid"
 }
 
@@ -108,7 +112,11 @@ start() {
   mkdir -p "$DATA"
   choose_ports
   read -r BLOB QUEUE TABLE < "$PORTFILE"
-  [ "$TEMPORARY" = 1 ] && touch "$DIR/temporary"
+  # A temporary instance (removed when stopped) keeps its data in memory: nothing would read it back, and
+  # Azurite's disk persistence rewrites its whole metadata database every few seconds, a cost that grows with
+  # what the instance holds (a test run's thousands of history rows and blobs).
+  local storage=(--location "$DATA") where="data in ${DATA#"$ROOT"/}"
+  if [ "$TEMPORARY" = 1 ]; then touch "$DIR/temporary"; storage=(--inMemoryPersistence); where="data in memory"; fi
   # Keep-alive 120 s (Azurite's default is 5 s): Azure Storage keeps idle connections open for minutes, so
   # a client that calls it every few seconds (the Durable pollers, lease renewals) reuses its connections.
   # Its own process group (same session): Ctrl-C in a terminal signals the foreground process group, and
@@ -118,7 +126,7 @@ start() {
     --blobHost 127.0.0.1 --queueHost 127.0.0.1 --tableHost 127.0.0.1 \
     --blobPort "$BLOB" --queuePort "$QUEUE" --tablePort "$TABLE" \
     --blobKeepAliveTimeout 120 --queueKeepAliveTimeout 120 --tableKeepAliveTimeout 120 \
-    --location "$DATA" > "$LOG" 2>&1 &
+    "${storage[@]}" > "$LOG" 2>&1 &
   local pid=$!
   echo "$pid" > "$PIDFILE"
   for _ in $(seq 1 200); do
@@ -126,7 +134,7 @@ start() {
       say "did not start; its log ($LOG):"; tail -n 20 "$LOG" >&2; rm -f "$PIDFILE"; exit 1
     fi
     if listening "$BLOB" && listening "$QUEUE" && listening "$TABLE"; then
-      say "running (pid $pid) on 127.0.0.1 blob $BLOB, queue $QUEUE, table $TABLE; data in ${DATA#"$ROOT"/}"
+      say "running (pid $pid) on 127.0.0.1 blob $BLOB, queue $QUEUE, table $TABLE; $where"
       return 0
     fi
     sleep 0.1

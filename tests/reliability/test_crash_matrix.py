@@ -44,6 +44,7 @@ from tests.reliability.conftest import (
     WORDS,
     AppLog,
     CrashRun,
+    Stop,
     _check_phase_work,
     at_seq,
     chain_lock_once_free,
@@ -182,16 +183,24 @@ def test_kill_inside_finalize(client: OpenAI, double: HostDouble, clean: list[An
 
 
 
-def _stream_with_a_fault_in_phase_1(client: OpenAI, clean: list[Any],
-                                   arm: Callable[[], None]) -> tuple[str, list[Any], bool]:
+def _stream_with_a_fault_in_phase_1(client: OpenAI, clean: list[Any], arm: Callable[[], None],
+                                   kill: tuple[Stop, Callable[[], None]] | None = None
+                                   ) -> tuple[str, list[Any], bool]:
     """Start the standard run streaming, ``arm`` a fault inside phase 1 (the episode that schedules phase 2
-    is the next one), and read the stream to its end: (response id, events, whether the stream broke)."""
+    is the next one), and read the stream to its end: (response id, events, whether the stream broke).
+    With ``kill`` = (when, how): once an event satisfies ``when``, call ``how`` and read on."""
     k = _nth("response.output_text.delta", 0, 2)(clean)  # inside phase 1
     stream = client.responses.create(model="m", input=QUESTION, stream=True, background=True,
                                      metadata=knobs(PHASES, WORDS, DELAY_MS))
     with stream:
         events, _ = read_events(stream, at_seq(k))
         arm()
+        if kill is not None:
+            when, how = kill
+            more, broken = read_events(stream, when)
+            events += more
+            if not broken and more and when(more[-1], events):
+                how()
         more, broken = read_events(stream)
     return events[0].response.id, events + more, broken
 
@@ -383,12 +392,19 @@ def test_whole_host_dies_between_an_episodes_sends_and_its_checkpoint(
     reappears too: two deliveries of the same phase, side by side, on a log one attempt already wrote."""
     double = short_visibility_double
     client = make_client(double.base_url)
+
+    def phase_2_streams(event: Any, _seen: list[Any]) -> bool:
+        return bool(event.type == "response.output_item.added" and event.output_index == 1)
+
+    # The armed crash holds the window open (its own kill would come 30 s later); the test kills the host
+    # inside it as soon as phase 2's first event reaches the client, however slow the machine is.
     response_id, events, broken = _stream_with_a_fault_in_phase_1(
-        client, clean, lambda: double.crash_host_before_checkpoint("run_phase", delay=0.15))
+        client, clean, lambda: double.crash_host_before_checkpoint("run_phase", delay=30.0),
+        kill=(phase_2_streams, double.kill_host))
     assert broken, "the stream outlived the host"
     double.wait_dead()
-    assert any(e.type == "response.output_item.added" and e.output_index == 1 for e in events), \
-        "phase 2 was streaming when the host died"
+    assert any(phase_2_streams(e, events) for e in events), "phase 2 was streaming when the host died"
+    assert "episode sent 'run_phase'; the whole host dies" in double.log(), "the kill came inside the window"
     double.restart()
     run = finish_run(client, double, response_id, events, double.stats(), [events[-1].sequence_number], [])
     # phase 2 was delivered twice after the restart (the replayed episode's message and the dead host's,

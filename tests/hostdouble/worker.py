@@ -46,6 +46,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from .deployed import hide_test_tools
 from .eventstream import Handler, open_pipes, serve_worker_stream
 from .protocol import (
     BINDINGS_HEADER,
@@ -342,6 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _die_with_parent()
+    hide_test_tools()  # the app imports what a deployed app has (deployed.py)
     app_dir = str(Path(args.app_dir).resolve())
     os.chdir(app_dir)
     with contextlib.suppress(KeyboardInterrupt):

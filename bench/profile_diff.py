@@ -16,7 +16,12 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.pyspy_raw import busy_stacks
 
 IDLE_LEAF = re.compile(r"(\.select \(.*selectors\.py|Condition\.wait \(.*threading\.py|^sleep \(.*tasks\.py|"
                        r"_die_with_parent|\.poll \(.*selectors\.py|epoll)")
@@ -41,14 +46,7 @@ def inclusive(path: Path) -> tuple[collections.Counter[str], collections.Counter
     packages: collections.Counter[str] = collections.Counter()
     functions: collections.Counter[str] = collections.Counter()
     busy = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
-        if IDLE_LEAF.search(frames[-1]):
-            continue
-        n = int(count)
+    for frames, n in busy_stacks(path, IDLE_LEAF):
         busy += n
         seen_pkg: set[str] = set()
         seen_fn: set[str] = set()

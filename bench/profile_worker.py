@@ -34,6 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.pyspy_raw import busy_stacks  # noqa: E402
 from tests.hostdouble.api import HostDouble  # noqa: E402
 
 # A sample whose innermost frame is one of these is a thread waiting, not working.
@@ -68,14 +69,7 @@ def summarize(path: Path, top: int) -> list[str]:
     areas: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
     busy = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
-        if IDLE_LEAF.search(frames[-1]):
-            continue
-        n = int(count)
+    for frames, n in busy_stacks(path, IDLE_LEAF):
         busy += n
         joined = ";".join(frames)
         area = next((label for label, pattern in AREAS if re.search(pattern, joined)), "event loop, sockets, other")

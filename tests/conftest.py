@@ -19,7 +19,6 @@ from collections.abc import Iterable
 
 import pytest
 
-FAST_TEST_SECONDS = 0.1  # what an unmarked test is assumed to take
 SLOW_DEFAULT_SECONDS = 10.0  # a slow mark without seconds
 
 
@@ -37,8 +36,8 @@ def _module_marks(item: pytest.Item) -> list[pytest.Mark]:
     return [getattr(m, "mark", m) for m in (marks if isinstance(marks, list) else [marks])]
 
 
-def _groups(items: list[pytest.Item]) -> list[tuple[float, list[pytest.Item]]]:
-    """Consecutive items of one module, each group with the seconds it is expected to take."""
+def _slow_groups(items: list[pytest.Item]) -> list[tuple[float, list[pytest.Item]]]:
+    """The items of each module with a slow mark, with the seconds its marks say it takes."""
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
@@ -46,7 +45,8 @@ def _groups(items: list[pytest.Item]) -> list[tuple[float, list[pytest.Item]]]:
     for members in groups.values():
         seconds = _slow_seconds(_module_marks(members[0]))
         seconds += sum(_slow_seconds(item.own_markers) for item in members)
-        weighed.append((seconds or FAST_TEST_SECONDS * len(members), members))
+        if seconds > 0:
+            weighed.append((seconds, members))
     return weighed
 
 
@@ -66,7 +66,7 @@ def balanced_order(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     sizes = _chunk_sizes(len(items), workers)
     chunks: list[list[pytest.Item]] = [[] for _ in sizes]
     load = [0.0] * workers
-    slow = sorted((g for g in _groups(items) if _is_slow(g[1])), key=lambda g: -g[0])
+    slow = sorted(_slow_groups(items), key=lambda g: -g[0])
     for seconds, members in slow:
         fits = [i for i in range(workers) if len(chunks[i]) + len(members) <= sizes[i]]
         target = min(fits or range(workers), key=lambda i: load[i])
@@ -79,10 +79,6 @@ def balanced_order(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
             chunks[i].append(item)
     chunks[-1] += list(fast)
     return [item for chunk in chunks for item in chunk]
-
-
-def _is_slow(members: list[pytest.Item]) -> bool:
-    return any(item.get_closest_marker("slow") is not None for item in members)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
